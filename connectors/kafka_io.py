@@ -1,0 +1,89 @@
+"""Kafka producers and consumers outside Spark: outcome events out, requests in (``cdc publish``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from streaming.config import KafkaConfig
+from streaming.outcomes import Outcome
+
+
+def _client_conf(cfg: KafkaConfig, **extra: object) -> dict[str, object]:
+    return {"bootstrap.servers": cfg.bootstrap, **cfg.options, **extra}
+
+
+class _Delivery:
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def __call__(self, err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+
+
+def produce(
+    cfg: KafkaConfig, topic: str, records: Iterable[tuple[str, bytes]], timeout: float = 60.0
+) -> int:
+    """Produce (key, value) records and wait until every one is acknowledged (acks=all)."""
+    producer = Producer(_client_conf(cfg, acks="all", **{"enable.idempotence": True}))
+    delivery = _Delivery()
+    count = 0
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, key=key.encode("utf-8"), value=value, on_delivery=delivery)
+                break
+            except BufferError:
+                producer.poll(0.5)
+        count += 1
+        producer.poll(0)
+    remaining = producer.flush(timeout)
+    if remaining or delivery.errors:
+        raise KafkaException(
+            f"{remaining} record(s) not delivered to {topic}; errors: {delivery.errors[:3]}"
+        )
+    return count
+
+
+def publish_outcomes(cfg: KafkaConfig, outcomes: Sequence[Outcome]) -> None:
+    """Outcome events keyed by transactionId (at least once: a replayed batch sends again)."""
+    produce(
+        cfg,
+        cfg.outcomes_topic,
+        ((o.transaction_id or "", o.to_json().encode("utf-8")) for o in outcomes),
+    )
+
+
+def read_outcomes(
+    cfg: KafkaConfig, *, follow: bool = False, idle_timeout: float = 5.0
+) -> Iterator[Outcome]:
+    """Outcome events from the beginning of every partition of the outcomes topic; stops after
+    ``idle_timeout`` seconds without a new event unless ``follow``. Commits no offsets."""
+    consumer = Consumer(
+        _client_conf(cfg, **{"group.id": "cdc-results-reader", "enable.auto.commit": False})
+    )
+    try:
+        topic = consumer.list_topics(cfg.outcomes_topic, timeout=30).topics[cfg.outcomes_topic]
+        if topic.error is not None:
+            return
+        consumer.assign(
+            [TopicPartition(cfg.outcomes_topic, p, OFFSET_BEGINNING) for p in topic.partitions]
+        )
+        while True:
+            msg = consumer.poll(idle_timeout)
+            if msg is None:
+                if follow:
+                    continue
+                return
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise KafkaException(error)
+            value = msg.value()
+            if value is not None:
+                yield Outcome.from_json(value)
+    finally:
+        consumer.close()

@@ -1,0 +1,248 @@
+"""Apply a micro-batch's changes to one object table: fold per key, one MERGE, one history append.
+
+Input: every change of the batch to one table, as rows of ``CHANGE_COLUMNS`` + ``data`` (a struct
+of the schema's properties). ``__seq`` orders changes: ``action ordinal << 32 | row``. The stored
+state of each touched key is joined in, the rows are sorted by (id, seq) inside partitions, and
+``core.fold`` runs once per key (Arrow batches, no per-key Spark job). Its output is
+- ``state`` rows: the new current row of every key that changed → one Delta MERGE,
+- ``history`` rows → one append to the append-only history table,
+- ``effect`` rows: what each change did → the outcome counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from streaming.core.fold import Change, ChangeKind, Effect, Folded, Stored, fold
+from streaming.tables import BatchCommit, append, find_batch_commit, idempotent, latest_version, read_table
+
+SEQ_SHIFT = 32
+"""``__seq >> SEQ_SHIFT`` is the action ordinal of a change (its position in the batch)."""
+
+CHANGE_FIELDS = [
+    StructField("id", StringType()),
+    StructField("__seq", LongType()),
+    StructField("__tx", StringType()),
+    StructField("__kind", StringType()),
+    StructField("__at", TimestampType()),
+    StructField("__cols", ArrayType(StringType())),
+]
+
+
+def change_schema(data: StructType) -> StructType:
+    return StructType([*CHANGE_FIELDS, StructField("data", data)])
+
+
+def _fold_schema(data: StructType) -> StructType:
+    return StructType(
+        [
+            StructField("row_kind", StringType()),
+            StructField("id", StringType()),
+            StructField("version", LongType()),
+            StructField("created", TimestampType()),
+            StructField("updated", TimestampType()),
+            StructField("deleted", BooleanType()),
+            StructField("op", StringType()),
+            StructField("tx", StringType()),
+            StructField("seq", LongType()),
+            StructField("effect", StringType()),
+            StructField("data", data),
+        ]
+    )
+
+
+def _stored(row: dict[str, Any]) -> Stored:
+    if row["s_version"] is None:
+        return Stored()
+    return Stored(row["s_data"], row["s_version"], row["s_created"], row["s_updated"])
+
+
+def _change(row: dict[str, Any]) -> Change:
+    cols = row["__cols"]
+    return Change(
+        seq=row["__seq"],
+        transaction_id=row["__tx"],
+        kind=ChangeKind(row["__kind"]),
+        at=row["__at"],
+        data=row["data"],
+        columns=tuple(cols) if cols is not None else None,
+    )
+
+
+def _output_rows(key: str, folded: Folded) -> Iterator[dict[str, Any]]:
+    for seq, effect in folded.effects:
+        yield {"row_kind": "effect", "id": key, "seq": seq, "effect": effect}
+    if not folded.changed:
+        return
+    final = folded.final
+    yield {
+        "row_kind": "state",
+        "id": key,
+        "version": final.version,
+        "created": final.created,
+        "updated": final.updated,
+        "deleted": not final.live,
+        "data": dict(final.data) if final.data is not None else None,
+    }
+    for h in folded.history:
+        yield {
+            "row_kind": "history",
+            "id": key,
+            "version": h.version,
+            "created": h.created,
+            "updated": h.updated,
+            "deleted": h.deleted,
+            "op": h.op,
+            "tx": h.transaction_id,
+            "data": dict(h.data),
+        }
+
+
+def _fold_partitions(out: pa.Schema) -> Any:
+    """A mapInArrow function folding runs of equal ids (rows arrive sorted by id, seq)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        key: str | None = None
+        group: list[dict[str, Any]] = []
+        rows_out: list[dict[str, Any]] = []
+
+        def flush() -> None:
+            if key is not None and group:
+                folded = fold(_stored(group[0]), [_change(r) for r in group])
+                rows_out.extend(_output_rows(key, folded))
+
+        for batch in batches:
+            for row in batch.to_pylist():
+                if row["id"] != key:
+                    flush()
+                    key, group = row["id"], []
+                group.append(row)
+            if len(rows_out) >= 10_000:
+                yield pa.RecordBatch.from_pylist(rows_out, schema=out)
+                rows_out = []
+        flush()
+        if rows_out:
+            yield pa.RecordBatch.from_pylist(rows_out, schema=out)
+
+    return run
+
+
+@dataclass
+class TableResult:
+    """What one table's apply did: counts per (action ordinal, effect) and the version after."""
+
+    counts: dict[tuple[int, Effect], int]
+    version: int
+
+
+def apply_to_object_table(
+    spark: SparkSession,
+    *,
+    changes: DataFrame,
+    data_schema: StructType,
+    table: str,
+    history: str,
+    commit: BatchCommit,
+    partitions: int,
+) -> TableResult:
+    """Fold the batch's changes into the table at ``table`` and its history at ``history``."""
+    done = find_batch_commit(spark, table, commit)
+    before = done - 1 if done is not None else None  # a replay plans from the same state
+    props = [f.name for f in data_schema.fields]
+    stored = read_table(spark, table, before).select(
+        F.col("id").alias("s_id"),
+        F.col("version").alias("s_version"),
+        F.col("created").alias("s_created"),
+        F.col("updated").alias("s_updated"),
+        F.struct(*props).alias("s_data"),
+    )
+    joined = changes.join(stored, changes["id"] == stored["s_id"], "left").drop("s_id")
+    out_schema = _fold_schema(data_schema)
+    folded = (
+        joined.repartition(partitions, "id")
+        .sortWithinPartitions("id", "__seq")
+        .mapInArrow(_fold_partitions(to_arrow_schema(out_schema)), out_schema)
+        .persist()
+    )
+    try:
+        counts = {
+            (int(r["seq"]) >> SEQ_SHIFT, r["effect"]): int(r["n"])
+            for r in folded.where("row_kind = 'effect'")
+            .groupBy("seq", "effect")
+            .agg(F.count("*").alias("n"))
+            .collect()
+        }
+        wrote = any(effect in ("inserted", "updated", "deleted") for _, effect in counts)
+        if wrote:
+            _write(spark, folded, props, table, history, commit)
+        version = done if done is not None else latest_version(spark, table)
+        return TableResult(counts, version)
+    finally:
+        folded.unpersist()
+
+
+def _with_hash(df: DataFrame, props: list[str]) -> DataFrame:
+    return df.select(
+        "id",
+        "version",
+        "created",
+        "updated",
+        F.sha2(F.to_json(F.col("data")), 256).alias("hash"),
+        *[F.col(f"data.{p}").alias(p) for p in props],
+        "deleted",
+        "op",
+        "tx",
+    )
+
+
+def _write(
+    spark: SparkSession,
+    folded: DataFrame,
+    props: list[str],
+    table: str,
+    history: str,
+    commit: BatchCommit,
+) -> None:
+    state = _with_hash(folded.where("row_kind = 'state'"), props)
+    assignments = {c: F.col(f"s.{c}") for c in ["version", "created", "updated", "hash", *props]}
+    with idempotent(spark, table, commit):
+        (
+            DeltaTable.forPath(spark, table)
+            .alias("t")
+            .merge(state.alias("s"), "t.id = s.id")
+            .whenMatchedDelete(condition="s.deleted")
+            .whenMatchedUpdate(set=assignments)
+            .whenNotMatchedInsert(
+                condition="NOT s.deleted", values={"id": F.col("s.id"), **assignments}
+            )
+            .execute()
+        )
+    rows = _with_hash(folded.where("row_kind = 'history'"), props).select(
+        "id",
+        "version",
+        "created",
+        "updated",
+        "hash",
+        *props,
+        F.col("deleted").alias("__deleted"),
+        F.col("op").alias("__op"),
+        F.col("tx").alias("__transaction_id"),
+    )
+    append(rows, history, commit)

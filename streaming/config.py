@@ -1,0 +1,209 @@
+"""The job configuration: ``cdc.yaml`` validated by pydantic, every key overridable by ``CDC_*``.
+
+Environment overrides use ``__`` for nesting: ``CDC_KAFKA__BOOTSTRAP=host:9092``,
+``CDC_TRIGGER__INTERVAL="10 seconds"``. Relative paths are resolved against the directory of the
+config file (or the working directory when there is no file), so a config means the same thing
+wherever the job is started from.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from streaming.errors import ConfigError
+
+ENV_PREFIX = "CDC_"
+ENV_NESTING = "__"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaConfig(_Strict):
+    """Kafka topics for transaction requests and outcome events."""
+
+    bootstrap: str = Field(description="Kafka bootstrap servers, host:port[,host:port]")
+    transactions_topic: str = Field("cdc.transactions", description="Topic of transaction requests")
+    outcomes_topic: str = Field("cdc.outcomes", description="Topic of outcome events")
+    format: Literal["json", "avro"] = Field("json", description="Message format")
+    starting_offsets: Literal["earliest", "latest"] = Field(
+        "earliest", description="Where a new checkpoint starts reading the requests topic"
+    )
+    max_offsets_per_trigger: int | None = Field(
+        None, gt=0, description="Upper bound of requests read per micro-batch"
+    )
+    options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra Kafka client options passed through (e.g. security.protocol, sasl.*)",
+    )
+
+
+class LandingConfig(_Strict):
+    """Landing folders watched by the job."""
+
+    transactions: str | None = Field(None, description="Folder of request files (JSON lines)")
+    dms: str | None = Field(None, description="Landing zone of DMS Parquet change files")
+    max_files_per_trigger: int | None = Field(
+        None, gt=0, description="Upper bound of landing files read per micro-batch"
+    )
+
+
+class TriggerConfig(_Strict):
+    interval: str = Field("5 seconds", description="Processing-time trigger interval")
+
+    @field_validator("interval")
+    @classmethod
+    def _interval_has_unit(cls, value: str) -> str:
+        parts = value.split()
+        if len(parts) != 2 or not parts[0].isdigit():
+            raise ValueError("expected '<number> <unit>', e.g. '5 seconds'")
+        return value
+
+
+class SparkConfig(_Strict):
+    master: str | None = Field("local[2]", description="Spark master; null = leave to spark-submit")
+    app_name: str = Field("cdc-processor", description="Spark application name")
+    shuffle_partitions: int = Field(4, gt=0, description="spark.sql.shuffle.partitions")
+    ui: bool = Field(False, description="Start the Spark UI")
+    jars_dir: str | None = Field(
+        None, description="Folder of extra jars (default: ./jars/spark of the installation)"
+    )
+    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark configuration")
+
+
+class AppConfig(_Strict):
+    """Top-level configuration of the CDC processor (``cdc.yaml``)."""
+
+    warehouse: str = Field(description="Root of the Delta tables: a local path or s3a://bucket/prefix")
+    checkpoints: str = Field(description="Root of the streaming checkpoints")
+    datasets: dict[str, str] = Field(
+        default_factory=dict, description="Dataset name -> dataset definition YAML file"
+    )
+    landing: LandingConfig = Field(default_factory=LandingConfig)
+    kafka: KafkaConfig | None = Field(None, description="Absent = landing folders only")
+    allowed_locations: list[str] = Field(
+        default_factory=list, description="locationUri must resolve under one of these"
+    )
+    trigger: TriggerConfig = Field(default_factory=TriggerConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    query_name: str = Field("cdc", description="Name of the streaming query (and its checkpoint)")
+    base_dir: str = Field(
+        "", description="Relative paths and locationUris resolve here (default: the config's folder)"
+    )
+
+    @field_validator("datasets")
+    @classmethod
+    def _dataset_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not name.replace("_", "").isalnum():
+                raise ValueError(f"dataset name {name!r} must be alphanumeric (and _)")
+        return value
+
+
+def _is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def resolve_path(path: str, base: Path) -> str:
+    """Absolute form of a local path relative to ``base``; URIs (s3a://, file://) are kept."""
+    if _is_uri(path):
+        return path
+    return str((base / os.path.expanduser(path)).resolve())
+
+
+def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
+    """``CDC_A__B=v`` → ``{"a": {"b": v}}``. Values are parsed as YAML (numbers, lists, maps)."""
+    tree: dict[str, Any] = {}
+    for key, raw in environ.items():
+        if not key.startswith(ENV_PREFIX) or key == "CDC_CONFIG":
+            continue
+        parts = [p.lower() for p in key[len(ENV_PREFIX) :].split(ENV_NESTING)]
+        node = tree
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{key}: conflicts with another CDC_ variable")
+            node = child
+        try:
+            node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            node[parts[-1]] = raw
+    return tree
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _describe(error: ValidationError, source: str) -> str:
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(p) for p in item["loc"]) or "<root>"
+        if item["type"] == "extra_forbidden":
+            lines.append(f"{key}: unknown key")
+        elif item["type"] == "missing":
+            lines.append(f"{key}: required key is missing")
+        else:
+            lines.append(f"{key}: {item['msg']}")
+    return f"invalid configuration ({source}):\n  " + "\n  ".join(lines)
+
+
+def parse_config(
+    data: dict[str, Any], *, base: Path, environ: dict[str, str] | None = None, source: str = "config"
+) -> AppConfig:
+    """Validate a config mapping (plus ``CDC_*`` overrides) and resolve its relative paths."""
+    merged = _deep_merge(data, _env_overrides(dict(os.environ if environ is None else environ)))
+    try:
+        cfg = AppConfig.model_validate(merged)
+    except ValidationError as e:
+        raise ConfigError(_describe(e, source)) from e
+    landing = cfg.landing.model_copy(
+        update={
+            "transactions": resolve_path(cfg.landing.transactions, base)
+            if cfg.landing.transactions
+            else None,
+            "dms": resolve_path(cfg.landing.dms, base) if cfg.landing.dms else None,
+        }
+    )
+    spark = cfg.spark
+    if spark.jars_dir:
+        spark = spark.model_copy(update={"jars_dir": resolve_path(spark.jars_dir, base)})
+    return cfg.model_copy(
+        update={
+            "base_dir": resolve_path(cfg.base_dir or ".", base),
+            "warehouse": resolve_path(cfg.warehouse, base),
+            "checkpoints": resolve_path(cfg.checkpoints, base),
+            "datasets": {k: resolve_path(v, base) for k, v in cfg.datasets.items()},
+            "allowed_locations": [resolve_path(p, base) for p in cfg.allowed_locations],
+            "landing": landing,
+            "spark": spark,
+        }
+    )
+
+
+def load_config(path: str | Path | None, environ: dict[str, str] | None = None) -> AppConfig:
+    """Load ``cdc.yaml`` (or only the environment when ``path`` is None)."""
+    if path is None:
+        return parse_config({}, base=Path.cwd(), environ=environ, source="environment")
+    file = Path(path)
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError as e:
+        raise ConfigError(f"config file not found: {file}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{file}: not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file}: the top level must be a mapping of keys")
+    return parse_config(data, base=file.resolve().parent, environ=environ, source=str(file))

@@ -1,0 +1,147 @@
+"""Row versioning as a pure fold: the stored state of one key + its ordered changes → new state.
+
+This is the single definition of what a change does to a row (DESIGN.md §3 "Versions"). The
+micro-batch path runs it once per key over all the batch's changes to that key, in source order,
+so applying many transactions together gives exactly what applying them one at a time gives.
+
+- insert: version = previous version + 1 (1 for a new key; tombstone version + 1 for a key that was
+  deleted, so (id, version) stays unique in history), created = updated = commit time.
+- a change that alters the data: version + 1, updated = commit time, created kept.
+- a change that alters nothing: ``unchanged`` — no version bump, no history row.
+- PATCH only updates existing rows, and only the columns its source has; absent ids are ``skipped``.
+- INSERT_IGNORE leaves existing rows alone (``skipped``).
+- DELETE removes the row and writes a tombstone history entry with the last data and version + 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+Effect = Literal["inserted", "updated", "deleted", "unchanged", "skipped"]
+EFFECTS: tuple[Effect, ...] = ("inserted", "updated", "deleted", "unchanged", "skipped")
+
+
+class ChangeKind(StrEnum):
+    UPSERT = "UPSERT"
+    PATCH = "PATCH"
+    DELETE = "DELETE"
+    INSERT_IGNORE = "INSERT_IGNORE"
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A key's state: a live row (``data`` set) or none (``data`` None).
+
+    ``version`` is the live row's version, or for a deleted key its tombstone version
+    (0 = the key was never seen).
+    """
+
+    data: Mapping[str, Any] | None = None
+    version: int = 0
+    created: datetime | None = None
+    updated: datetime | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.data is not None
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change to one key, at position ``seq`` in source order."""
+
+    seq: int
+    transaction_id: str
+    kind: ChangeKind
+    at: datetime
+    data: Mapping[str, Any] | None = None
+    columns: tuple[str, ...] | None = None
+    """PATCH: the columns the source carries (None = every column of ``data``)."""
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    data: Mapping[str, Any]
+    version: int
+    created: datetime
+    updated: datetime
+    deleted: bool
+    op: Literal["i", "u", "d"]
+    transaction_id: str
+
+
+@dataclass(frozen=True)
+class Folded:
+    final: Stored
+    history: list[HistoryEntry] = field(default_factory=list)
+    effects: list[tuple[int, Effect]] = field(default_factory=list)
+    """(change seq, effect) for every change, in order."""
+
+    @property
+    def changed(self) -> bool:
+        """True when the stored row must be written (something was inserted/updated/deleted)."""
+        return bool(self.history)
+
+
+def _entry(state: Stored, change: Change, op: Literal["i", "u", "d"]) -> HistoryEntry:
+    assert state.data is not None and state.created is not None and state.updated is not None
+    return HistoryEntry(
+        data=state.data,
+        version=state.version,
+        created=state.created,
+        updated=state.updated,
+        deleted=op == "d",
+        op=op,
+        transaction_id=change.transaction_id,
+    )
+
+
+def _write(state: Stored, change: Change, data: Mapping[str, Any]) -> tuple[Stored, Effect]:
+    """Write ``data`` over ``state``: insert, update, or nothing when the data is the same."""
+    if state.data is None:
+        return Stored(dict(data), state.version + 1, change.at, change.at), "inserted"
+    if dict(state.data) == dict(data):
+        return state, "unchanged"
+    return Stored(dict(data), state.version + 1, state.created, change.at), "updated"
+
+
+def apply_change(state: Stored, change: Change) -> tuple[Stored, Effect]:
+    """The state after one change, and what the change did."""
+    if change.kind is ChangeKind.DELETE:
+        if state.data is None:
+            return state, "skipped"
+        return Stored(None, state.version + 1, state.created, change.at), "deleted"
+    data = change.data or {}
+    if change.kind is ChangeKind.UPSERT:
+        return _write(state, change, data)
+    if change.kind is ChangeKind.INSERT_IGNORE:
+        return (state, "skipped") if state.live else _write(state, change, data)
+    # PATCH
+    if state.data is None:
+        return state, "skipped"
+    columns = change.columns if change.columns is not None else tuple(data)
+    return _write(state, change, {**state.data, **{c: data.get(c) for c in columns}})
+
+
+def fold(stored: Stored, changes: Sequence[Change]) -> Folded:
+    """Apply ``changes`` (any order; they are sorted by ``seq``) to ``stored``."""
+    state = stored
+    history: list[HistoryEntry] = []
+    effects: list[tuple[int, Effect]] = []
+    for change in sorted(changes, key=lambda c: c.seq):
+        before = state
+        state, effect = apply_change(state, change)
+        effects.append((change.seq, effect))
+        if effect == "inserted":
+            history.append(_entry(state, change, "i"))
+        elif effect == "updated":
+            history.append(_entry(state, change, "u"))
+        elif effect == "deleted":
+            # The tombstone carries the last data, the new version and the deletion time.
+            last = Stored(before.data, state.version, before.created, change.at)
+            history.append(_entry(last, change, "d"))
+    return Folded(state, history, effects)

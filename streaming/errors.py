@@ -1,0 +1,45 @@
+"""The error hierarchy. Every error a user can see carries a stable ``code``.
+
+``RejectedError``  a request that is wrong in itself (bad JSON, unknown schema, ...): nothing of its
+                   transaction is applied; the outcome is REJECTED and the raw input is quarantined.
+``FailedError``    a valid request whose application failed (I/O, Delta): nothing applied, FAILED.
+``ConfigError``    a wrong configuration or dataset definition: the job refuses to start.
+"""
+
+from __future__ import annotations
+
+
+class CdcError(Exception):
+    """Base class: a message for humans and a stable code for machines."""
+
+    code: str = "INTERNAL_ERROR"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def as_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+class RejectedError(CdcError):
+    """The request is invalid; ``code`` names why (INVALID_JSON, UNKNOWN_SCHEMA, ...)."""
+
+    code = "INVALID_REQUEST"
+
+
+class FailedError(CdcError):
+    """Applying a valid request failed; nothing of its transaction was applied."""
+
+    code = "APPLY_FAILED"
+
+
+class ConfigError(CdcError):
+    """Configuration or dataset definition error, raised at startup. The message names the key."""
+
+    code = "CONFIG_ERROR"

@@ -1,0 +1,121 @@
+"""Wiring of the streaming job: datasets, tables, sources, the sink, the query."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from connectors.kafka_io import publish_outcomes
+from connectors.sources import RAW_COLUMNS, kafka_requests, landing_requests
+from streaming.catalog import Dataset, load_dataset
+from streaming.config import AppConfig
+from streaming.errors import ConfigError
+from streaming.layout import Layout
+from streaming.sink import Sink
+from streaming.tables import (
+    CURRENT_TABLE_PROPERTIES,
+    HISTORY_TABLE_PROPERTIES,
+    LEDGER_SCHEMA,
+    OUTCOMES_SCHEMA,
+    QUARANTINE_SCHEMA,
+    current_schema,
+    ensure_table,
+    history_schema,
+)
+
+log = logging.getLogger(__name__)
+
+
+def load_datasets(cfg: AppConfig) -> dict[str, Dataset]:
+    return {name: load_dataset(name, path) for name, path in cfg.datasets.items()}
+
+
+def prepare_tables(spark: SparkSession, datasets: Mapping[str, Dataset], layout: Layout) -> None:
+    """Create every table the job writes (empty), so readers find them from the start."""
+    ensure_table(spark, layout.ledger, LEDGER_SCHEMA)
+    ensure_table(spark, layout.outcomes, OUTCOMES_SCHEMA)
+    ensure_table(spark, layout.quarantine, QUARANTINE_SCHEMA)
+    for name, dataset in datasets.items():
+        for schema in dataset.object_schemas():
+            ensure_table(
+                spark, layout.table(name, schema.name), current_schema(schema), CURRENT_TABLE_PROPERTIES
+            )
+            ensure_table(
+                spark, layout.history(name, schema.name), history_schema(schema), HISTORY_TABLE_PROPERTIES
+            )
+
+
+def _local_dir(path: str) -> str:
+    if "://" not in path:
+        os.makedirs(path, exist_ok=True)
+    return path
+
+
+def request_stream(spark: SparkSession, cfg: AppConfig) -> DataFrame:
+    """All request sources of the config, unioned into one stream of raw records."""
+    streams: list[DataFrame] = []
+    if cfg.landing.transactions:
+        streams.append(landing_requests(spark, cfg.landing, _local_dir(cfg.landing.transactions)))
+    if cfg.kafka is not None:
+        streams.append(kafka_requests(spark, cfg.kafka))
+    if not streams:
+        raise ConfigError("landing.transactions / kafka: configure at least one request source")
+    union = streams[0].select(RAW_COLUMNS)
+    for other in streams[1:]:
+        union = union.unionByName(other.select(RAW_COLUMNS))
+    return union
+
+
+@dataclass
+class Job:
+    spark: SparkSession
+    cfg: AppConfig
+    datasets: dict[str, Dataset]
+    layout: Layout
+    sink: Sink
+
+    @classmethod
+    def create(cls, spark: SparkSession, cfg: AppConfig) -> Job:
+        datasets = load_datasets(cfg)
+        layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
+        kafka = cfg.kafka
+        sink = Sink(
+            spark=spark,
+            datasets=datasets,
+            layout=layout,
+            base_dir=cfg.base_dir,
+            allowed_locations=cfg.allowed_locations,
+            shuffle_partitions=cfg.spark.shuffle_partitions,
+            publish=(lambda outcomes: publish_outcomes(kafka, outcomes)) if kafka else None,
+        )
+        prepare_tables(spark, datasets, layout)
+        return cls(spark, cfg, datasets, layout, sink)
+
+    def start(self, *, once: bool) -> StreamingQuery:
+        writer = (
+            request_stream(self.spark, self.cfg)
+            .writeStream.queryName(self.cfg.query_name)
+            .option("checkpointLocation", self.layout.checkpoint)
+            .foreachBatch(self.sink)
+        )
+        writer = (
+            writer.trigger(availableNow=True)
+            if once
+            else writer.trigger(processingTime=self.cfg.trigger.interval)
+        )
+        query = writer.start()
+        log.info("query %s started (%s)", self.cfg.query_name, "once" if once else "continuous")
+        return query
+
+    def run(self, *, once: bool) -> None:
+        """Run until stopped (or, with ``once``, until everything present is processed)."""
+        query = self.start(once=once)
+        query.awaitTermination()
+        error = query.exception()
+        if error is not None:
+            raise RuntimeError(f"streaming query failed: {error}")

@@ -1,0 +1,130 @@
+"""Read the data of planned loads into change rows, and check them before anything is written.
+
+``load_changes`` is lazy: it only reads schemas (JSON inference or Parquet footers). The
+per-row checks (missing ids, duplicate ids, values that do not fit the schema's types, corrupt
+records) for *every* load of the batch run as one Spark job in ``check_loads``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, StringType
+
+from streaming.apply import SEQ_SHIFT
+from streaming.core.columns import resolve_columns
+from streaming.errors import RejectedError
+from streaming.plan import Load
+from streaming.requests import DataFormat
+
+CORRUPT = "_corrupt_record"
+_CHECK_COLUMNS = ["__seq", "id", "__bad_cols", "__corrupt"]
+
+
+def _read(spark: SparkSession, load: Load) -> DataFrame:
+    if load.format is DataFormat.JSON:
+        return spark.read.option("columnNameOfCorruptRecord", CORRUPT).json(load.location.path)
+    if load.format is DataFormat.PARQUET:
+        return spark.read.parquet(load.location.path)
+    raise RejectedError(f"format {load.format} is not supported yet", code="UNSUPPORTED_FORMAT")
+
+
+def load_changes(spark: SparkSession, load: Load, at: datetime) -> DataFrame:
+    """The rows of ``load`` as change rows (``apply.change_schema``) plus check columns."""
+    try:
+        raw = _read(spark, load)
+    except RejectedError:
+        raise
+    except Exception as e:  # Spark's AnalysisException & co: the files cannot be read
+        raise RejectedError(
+            f"cannot read {load.format} data at {load.location.path}: {str(e).splitlines()[0]}",
+            code="UNREADABLE_DATA",
+        ) from e
+    schema = load.schema
+    props = schema.data_columns()
+    sources = resolve_columns(
+        ["id", *props],
+        [c for c in raw.columns if c != CORRUPT],
+        load.column_format,
+        dict(load.column_mapping),
+        relaxed=load.location.local,
+    )
+    if "id" not in sources:
+        raise RejectedError(
+            f"{load.location.path}: no id column for {schema.name}", code="MISSING_ID_COLUMN"
+        )
+    types = {f.name: f.dataType for f in schema.spark_schema().fields}
+    values: dict[str, Column] = {}
+    bad: list[Column] = []
+    for prop in props:
+        if prop in sources:
+            src = F.col(f"`{sources[prop]}`")
+            values[prop] = src.try_cast(types[prop])
+            bad.append(F.when(src.isNotNull() & values[prop].isNull(), F.lit(prop)))
+        else:
+            values[prop] = F.lit(None).cast(types[prop])
+    corrupt = F.col(CORRUPT).isNotNull() if CORRUPT in raw.columns else F.lit(False)
+    return raw.select(
+        F.col(f"`{sources['id']}`").cast("string").alias("id"),
+        F.lit(load.ordinal << SEQ_SHIFT).alias("__seq"),
+        F.lit(load.transaction_id).alias("__tx"),
+        F.lit(load.kind.value).alias("__kind"),
+        F.lit(at).cast("timestamp").alias("__at"),
+        F.lit(None).cast(ArrayType(StringType())).alias("__cols"),
+        F.struct(*[values[p].alias(p) for p in props]).alias("data"),
+        (F.array_compact(F.array(*bad)) if bad else F.array().cast("array<string>")).alias(
+            "__bad_cols"
+        ),
+        corrupt.alias("__corrupt"),
+    )
+
+
+def check_loads(loaded: Sequence[tuple[Load, DataFrame]]) -> dict[int, RejectedError]:
+    """Row-level problems per load ordinal, found by one Spark job over every load of the batch."""
+    if not loaded:
+        return {}
+    union = loaded[0][1].select(_CHECK_COLUMNS)
+    for _, df in loaded[1:]:
+        union = union.unionByName(df.select(_CHECK_COLUMNS))
+    stats = (
+        union.groupBy("__seq")
+        .agg(
+            F.sum(F.col("__corrupt").cast("int")).alias("corrupt"),
+            F.sum(F.col("id").isNull().cast("int")).alias("no_id"),
+            (F.count("id") - F.count_distinct("id")).alias("dup_ids"),
+            F.array_distinct(F.flatten(F.collect_list("__bad_cols"))).alias("bad_cols"),
+        )
+        .collect()
+    )
+    by_ordinal = {load.ordinal: load for load, _ in loaded}
+    errors: dict[int, RejectedError] = {}
+    for row in stats:
+        load = by_ordinal[int(row["__seq"]) >> SEQ_SHIFT]
+        where = f"actions[{load.action_index}] {load.schema.name} at {load.location.path}"
+        if row["corrupt"]:
+            errors[load.ordinal] = RejectedError(
+                f"{where}: {row['corrupt']} record(s) are not valid {load.format}",
+                code="CORRUPT_RECORD",
+            )
+        elif row["no_id"]:
+            errors[load.ordinal] = RejectedError(
+                f"{where}: {row['no_id']} record(s) have no id", code="MISSING_ID"
+            )
+        elif row["dup_ids"]:
+            errors[load.ordinal] = RejectedError(
+                f"{where}: {row['dup_ids']} id(s) appear more than once", code="DUPLICATE_ID"
+            )
+        elif row["bad_cols"]:
+            errors[load.ordinal] = RejectedError(
+                f"{where}: values of {sorted(row['bad_cols'])} do not match the schema's types",
+                code="TYPE_MISMATCH",
+            )
+    return errors
+
+
+def changes_only(df: DataFrame) -> DataFrame:
+    """Drop the check columns."""
+    return df.drop("__bad_cols", "__corrupt")

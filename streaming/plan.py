@@ -1,0 +1,163 @@
+"""Validation and planning of admitted requests — pure, given the catalog and the config.
+
+A valid transaction becomes a list of ``Load``s: one per (action, target table), each numbered
+with its ``ordinal`` in the batch (source order, then action order), which orders every change
+the grouped apply makes. Anything wrong is a ``RejectedError`` with a specific code, raised before
+a single byte is written.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+from streaming.catalog import Dataset, SchemaDef
+from streaming.core.columns import ColumnFormat
+from streaming.core.fold import ChangeKind
+from streaming.errors import RejectedError
+from streaming.requests import Action, DataFormat, Operation, TransactionRequest
+
+DEFAULT_COLUMN_FORMAT = {
+    DataFormat.JSON: ColumnFormat.AS_SPECIFIED,
+    DataFormat.PARQUET: ColumnFormat.AS_SPECIFIED,
+    DataFormat.DMS: ColumnFormat.UPPER,
+}
+
+_KIND = {
+    Operation.UPSERT: ChangeKind.UPSERT,
+    Operation.INSERT_IGNORE: ChangeKind.INSERT_IGNORE,
+}
+
+
+@dataclass(frozen=True)
+class Location:
+    """A resolved data location: ``path`` as Spark reads it; ``local`` for local files."""
+
+    path: str
+    local: bool
+
+    def child(self, *parts: str) -> Location:
+        return Location("/".join([self.path.rstrip("/"), *parts]), self.local)
+
+
+@dataclass(frozen=True)
+class Load:
+    """Read rows of one schema from a location as changes of one kind."""
+
+    ordinal: int
+    transaction_id: str
+    action_index: int
+    operation: Operation
+    kind: ChangeKind
+    schema: SchemaDef
+    location: Location
+    format: DataFormat
+    column_format: ColumnFormat
+    column_mapping: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class PlannedTransaction:
+    request: TransactionRequest
+    loads: list[Load]
+
+
+def resolve_location(uri: str, *, base_dir: str, allowed: list[str]) -> Location:
+    """Resolve ``uri`` and check it lies under an allowed location (after ``..`` and symlinks)."""
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        raw = parsed.path if parsed.scheme == "file" else uri
+        path = os.path.realpath(os.path.join(base_dir, os.path.expanduser(raw)))
+        roots = [os.path.realpath(a) for a in allowed if "://" not in a]
+        if any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots):
+            return Location(path, local=True)
+    else:
+        normalized = uri.rstrip("/")
+        if ".." not in normalized.split("/") and any(
+            normalized == a.rstrip("/") or normalized.startswith(a.rstrip("/") + "/")
+            for a in allowed
+            if "://" in a
+        ):
+            return Location(normalized, local=False)
+    raise RejectedError(
+        f"locationUri {uri!r} is not under an allowed location {allowed}",
+        code="LOCATION_NOT_ALLOWED",
+    )
+
+
+def _targets(action: Action, dataset: Dataset) -> list[SchemaDef]:
+    if action.target is None:
+        return dataset.object_schemas()
+    schema = dataset.get(action.target)
+    if schema is None:
+        raise RejectedError(f"unknown target schema {action.target!r}", code="UNKNOWN_SCHEMA")
+    if not schema.is_object:
+        raise RejectedError(
+            f"{action.operation} needs an object schema; {schema.name} is a {schema.kind}",
+            code="WRONG_SCHEMA_KIND",
+        )
+    return [schema]
+
+
+def plan_transaction(
+    request: TransactionRequest,
+    *,
+    first_ordinal: int,
+    datasets: Mapping[str, Dataset],
+    base_dir: str,
+    allowed_locations: list[str],
+    is_dir: Callable[[str], bool],
+) -> PlannedTransaction:
+    """Validate ``request`` and list its loads, numbered from ``first_ordinal``."""
+    dataset = datasets.get(request.dataset)
+    if dataset is None:
+        raise RejectedError(f"unknown dataset {request.dataset!r}", code="UNKNOWN_DATASET")
+    loads: list[Load] = []
+    for index, action in enumerate(request.actions):
+        kind = _KIND.get(action.operation)
+        if kind is None or action.location_uri is None:
+            raise RejectedError(
+                f"actions[{index}]: {action.operation} from "
+                f"{'a location' if action.location_uri else 'a source schema'} is not supported yet",
+                code="UNSUPPORTED_ACTION",
+            )
+        targets = _targets(action, dataset)
+        location = resolve_location(
+            action.location_uri, base_dir=base_dir, allowed=allowed_locations
+        )
+        if not is_dir(location.path):
+            raise RejectedError(
+                f"actions[{index}]: locationUri {action.location_uri!r} does not exist",
+                code="LOCATION_NOT_FOUND",
+            )
+        fmt = action.format or DataFormat.JSON
+        found = [(s, location.child(*s.path_parts)) for s in targets]
+        found = [(s, loc) for s, loc in found if is_dir(loc.path)]
+        if not found:
+            expected = ", ".join("/".join(s.path_parts) for s in targets)
+            raise RejectedError(
+                f"actions[{index}]: no data under {action.location_uri!r} for {expected}",
+                code="NO_DATA_FOR_SCHEMA",
+            )
+        for schema, loc in found:
+            loads.append(
+                Load(
+                    ordinal=first_ordinal + len(loads),
+                    transaction_id=request.transaction_id,
+                    action_index=index,
+                    operation=action.operation,
+                    kind=kind,
+                    schema=schema,
+                    location=loc,
+                    format=fmt,
+                    column_format=ColumnFormat(
+                        action.column_format.value
+                        if action.column_format
+                        else DEFAULT_COLUMN_FORMAT[fmt].value
+                    ),
+                    column_mapping=dict(action.column_mapping),
+                )
+            )
+    return PlannedTransaction(request, loads)

@@ -1,0 +1,325 @@
+"""The foreachBatch sink: parse → validate → load & check → apply → ledger → outcomes.
+
+Every step but ``apply`` and the records decides per transaction; ``apply`` writes each target
+table once for the whole batch (tables in a fixed order, each commit idempotent per batch id).
+A failure while applying restores the tables this batch changed and marks its transactions
+FAILED; the outcomes are still recorded, so the stream goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+
+from connectors.sources import to_raw_requests
+from streaming import ledger, system
+from streaming.apply import TableResult, apply_to_object_table, change_schema
+from streaming.catalog import Dataset, SchemaDef
+from streaming.core.batch import Admitted, RawRequest, Refused, Repeated, Verdict, triage
+from streaming.core.fold import EFFECTS
+from streaming.errors import CdcError, FailedError, RejectedError
+from streaming.layout import Layout
+from streaming.loads import changes_only, check_loads, load_changes
+from streaming.outcomes import ActionOutcome, ErrorInfo, Outcome, Status
+from streaming.plan import Load, PlannedTransaction, plan_transaction
+from streaming.requests import salvage_transaction_id
+from streaming.tables import BatchCommit, find_batch_commit, latest_version
+
+log = logging.getLogger(__name__)
+
+Publisher = Callable[[Sequence[Outcome]], None]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Sink:
+    spark: SparkSession
+    datasets: Mapping[str, Dataset]
+    layout: Layout
+    base_dir: str
+    allowed_locations: list[str]
+    shuffle_partitions: int = 4
+    publish: Publisher | None = None
+    clock: Callable[[], datetime] = _now
+    history: list[dict[str, object]] = field(default_factory=list)
+    """Per-batch progress (also logged): what ``cdc status`` and tests look at."""
+
+    # -- the foreachBatch entry point ------------------------------------------------------
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        raws = to_raw_requests(df.collect())
+        if raws:
+            self.process(raws, batch_id)
+
+    def process(self, raws: Sequence[RawRequest], batch_id: int) -> list[Outcome]:
+        started = time.monotonic()
+        commit = BatchCommit(self.layout.query_name, batch_id, self.clock())
+        verdicts = self._triage(raws, batch_id)
+        admitted = [v for v in verdicts if isinstance(v, Admitted)]
+        planned, rejected = self._plan(admitted)
+        loaded, load_rejected = self._load(planned, commit)
+        rejected.update(load_rejected)
+        valid = [p for p in planned if p.request.transaction_id not in rejected]
+        results, failure = self._apply(valid, loaded, commit)
+        outcomes = self._outcomes(verdicts, valid, rejected, results, failure, commit)
+        self._record(verdicts, outcomes, rejected, commit)
+        self._progress(batch_id, outcomes, results, time.monotonic() - started)
+        return outcomes
+
+    # -- steps ----------------------------------------------------------------------------
+    def _triage(self, raws: Sequence[RawRequest], batch_id: int) -> list[Verdict]:
+        ids = {tid for raw in raws if (tid := salvage_transaction_id(raw.payload))}
+        known = ledger.committed(self.spark, self.layout.ledger, ids)
+        return triage(raws, known, batch_id)
+
+    def _plan(
+        self, admitted: Sequence[Admitted]
+    ) -> tuple[list[PlannedTransaction], dict[str, RejectedError]]:
+        planned: list[PlannedTransaction] = []
+        rejected: dict[str, RejectedError] = {}
+        ordinal = 0
+        is_dir = _is_dir(self.spark)
+        for item in admitted:
+            try:
+                plan = plan_transaction(
+                    item.request,
+                    first_ordinal=ordinal,
+                    datasets=self.datasets,
+                    base_dir=self.base_dir,
+                    allowed_locations=self.allowed_locations,
+                    is_dir=is_dir,
+                )
+            except RejectedError as e:
+                rejected[item.request.transaction_id] = e
+                continue
+            ordinal += len(plan.loads)
+            planned.append(plan)
+        return planned, rejected
+
+    def _load(
+        self, planned: Sequence[PlannedTransaction], commit: BatchCommit
+    ) -> tuple[list[tuple[Load, DataFrame]], dict[str, RejectedError]]:
+        loaded: list[tuple[Load, DataFrame]] = []
+        rejected: dict[str, RejectedError] = {}
+        for plan in planned:
+            try:
+                loaded.extend((load, load_changes(self.spark, load, commit.at)) for load in plan.loads)
+            except RejectedError as e:
+                rejected[plan.request.transaction_id] = e
+        for ordinal, error in check_loads(loaded).items():
+            tid = next(load.transaction_id for load, _ in loaded if load.ordinal == ordinal)
+            rejected.setdefault(tid, error)
+        return [(load, df) for load, df in loaded if load.transaction_id not in rejected], rejected
+
+    def _apply(
+        self,
+        valid: Sequence[PlannedTransaction],
+        loaded: Sequence[tuple[Load, DataFrame]],
+        commit: BatchCommit,
+    ) -> tuple[dict[str, TableResult], CdcError | None]:
+        """Write each target table once, in path order; on failure restore what was written."""
+        dataset_of = {p.request.transaction_id: p.request.dataset for p in valid}
+        by_table: dict[str, list[tuple[Load, DataFrame]]] = defaultdict(list)
+        schemas: dict[str, tuple[str, SchemaDef]] = {}
+        for load, df in loaded:
+            path = self.layout.table(dataset_of[load.transaction_id], load.schema.name)
+            by_table[path].append((load, df))
+            schemas[path] = (dataset_of[load.transaction_id], load.schema)
+        results: dict[str, TableResult] = {}
+        before: dict[str, int] = {}
+        try:
+            for path in sorted(by_table):
+                dataset, schema = schemas[path]
+                before[path] = _version_before(self.spark, path, commit)
+                parts = [changes_only(df) for _, df in by_table[path]]
+                changes = parts[0]
+                for part in parts[1:]:
+                    changes = changes.unionByName(part)
+                results[path] = apply_to_object_table(
+                    self.spark,
+                    changes=changes,
+                    data_schema=schema.spark_schema(),
+                    table=path,
+                    history=self.layout.history(dataset, schema.name),
+                    commit=commit,
+                    partitions=self.shuffle_partitions,
+                )
+        except Exception as e:  # roll back every table this batch changed, then report FAILED
+            log.exception("batch %s: applying failed; restoring %s", commit.batch_id, list(before))
+            for path, version in before.items():
+                if latest_version(self.spark, path) != version:
+                    DeltaTable.forPath(self.spark, path).restoreToVersion(version)
+            error = e if isinstance(e, CdcError) else FailedError(f"{type(e).__name__}: {e}")
+            return {}, error
+        return results, None
+
+    def _outcomes(
+        self,
+        verdicts: Sequence[Verdict],
+        valid: Sequence[PlannedTransaction],
+        rejected: Mapping[str, RejectedError],
+        results: Mapping[str, TableResult],
+        failure: CdcError | None,
+        commit: BatchCommit,
+    ) -> list[Outcome]:
+        applied = {p.request.transaction_id: p for p in valid}
+        first: dict[str, Outcome] = {}
+        outcomes: list[Outcome] = []
+        for verdict in verdicts:
+            base = {
+                "batch_id": commit.batch_id,
+                "source": str(verdict.raw.position),
+                "received_at": verdict.raw.received_at,
+            }
+            if isinstance(verdict, Refused):
+                outcome = Outcome(
+                    transaction_id=verdict.transaction_id,
+                    dataset=verdict.request.dataset if verdict.request else None,
+                    status=Status.REJECTED,
+                    error=ErrorInfo(**verdict.error.as_dict()),
+                    **base,
+                )
+            elif isinstance(verdict, Repeated):
+                outcome = _duplicate(verdict, first, base)
+            else:
+                tid = verdict.request.transaction_id
+                if tid in rejected:
+                    outcome = Outcome(
+                        transaction_id=tid,
+                        dataset=verdict.request.dataset,
+                        status=Status.REJECTED,
+                        error=ErrorInfo(**rejected[tid].as_dict()),
+                        **base,
+                    )
+                elif failure is not None:
+                    outcome = Outcome(
+                        transaction_id=tid,
+                        dataset=verdict.request.dataset,
+                        status=Status.FAILED,
+                        error=ErrorInfo(**failure.as_dict()),
+                        **base,
+                    )
+                else:
+                    outcome = self._committed(applied[tid], results, commit, base)
+                first[tid] = outcome
+            outcomes.append(outcome)
+        return outcomes
+
+    def _committed(
+        self,
+        plan: PlannedTransaction,
+        results: Mapping[str, TableResult],
+        commit: BatchCommit,
+        base: dict[str, object],
+    ) -> Outcome:
+        actions: list[ActionOutcome] = []
+        versions: dict[str, int] = {}
+        for load in plan.loads:
+            path = self.layout.table(plan.request.dataset, load.schema.name)
+            result = results[path]
+            counts = {e: result.counts.get((load.ordinal, e), 0) for e in EFFECTS}
+            actions.append(
+                ActionOutcome(
+                    index=load.action_index,
+                    operation=load.operation.value,
+                    target=load.schema.name,
+                    **counts,
+                )
+            )
+            versions[load.schema.name] = result.version
+        return Outcome(
+            transaction_id=plan.request.transaction_id,
+            dataset=plan.request.dataset,
+            status=Status.COMMITTED,
+            actions=actions,
+            table_versions=versions,
+            committed_at=commit.at,
+            **base,  # type: ignore[arg-type]
+        )
+
+    def _record(
+        self,
+        verdicts: Sequence[Verdict],
+        outcomes: Sequence[Outcome],
+        rejected: Mapping[str, RejectedError],
+        commit: BatchCommit,
+    ) -> None:
+        hashes = [v.content_hash if isinstance(v, Admitted) else "" for v in verdicts]
+        ledger.record(self.spark, self.layout.ledger, list(zip(outcomes, hashes)), commit)
+        bad: list[tuple[RawRequest, str | None, CdcError]] = []
+        for verdict, outcome in zip(verdicts, outcomes):
+            if outcome.status is Status.REJECTED and outcome.error is not None:
+                error = RejectedError(outcome.error.message, code=outcome.error.code)
+                bad.append((verdict.raw, outcome.transaction_id, error))
+        system.quarantine(self.spark, self.layout.quarantine, bad, commit)
+        system.write_outcomes(self.spark, self.layout.outcomes, outcomes, commit)
+        if self.publish is not None:
+            self.publish(outcomes)
+
+    def _progress(
+        self,
+        batch_id: int,
+        outcomes: Sequence[Outcome],
+        results: Mapping[str, TableResult],
+        seconds: float,
+    ) -> None:
+        by_status: dict[str, int] = defaultdict(int)
+        for o in outcomes:
+            by_status[o.status.value] += 1
+        rows = sum(n for r in results.values() for (_, e), n in r.counts.items() if e != "unchanged")
+        entry: dict[str, object] = {
+            "batchId": batch_id,
+            "transactions": len(outcomes),
+            **by_status,
+            "rowsChanged": rows,
+            "tables": len(results),
+            "seconds": round(seconds, 3),
+        }
+        self.history.append(entry)
+        log.info(
+            "batch %s: %s transactions (%s), %s rows changed in %s tables, %.2fs",
+            batch_id,
+            len(outcomes),
+            ", ".join(f"{k} {v}" for k, v in sorted(by_status.items())),
+            rows,
+            len(results),
+            seconds,
+        )
+
+
+def _duplicate(verdict: Repeated, first: Mapping[str, Outcome], base: dict[str, object]) -> Outcome:
+    """A repeat: DUPLICATE of a committed original (its counts repeated), else the same fate."""
+    tid = verdict.request.transaction_id
+    original = Outcome.from_json(verdict.earlier.outcome_json) if verdict.earlier else first[tid]
+    if original.status is not Status.COMMITTED:
+        return original.model_copy(update=base)
+    return original.model_copy(update={"status": Status.DUPLICATE, **base})
+
+
+def _version_before(spark: SparkSession, path: str, commit: BatchCommit) -> int:
+    done = find_batch_commit(spark, path, commit)
+    return done - 1 if done is not None else latest_version(spark, path)
+
+
+def _is_dir(spark: SparkSession) -> Callable[[str], bool]:
+    """Directory test for local paths and Hadoop URIs (s3a://...)."""
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+
+    def is_dir(path: str) -> bool:
+        if "://" not in path:
+            return os.path.isdir(path)
+        hpath = jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
+        return bool(hpath.getFileSystem(conf).isDirectory(hpath))
+
+    return is_dir
