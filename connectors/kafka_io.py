@@ -1,10 +1,17 @@
-"""Kafka producers and consumers outside Spark: outcome events out, requests in (``cdc publish``)."""
+"""Kafka clients outside Spark: outcome events out, requests in (`cdc publish`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 from streaming.config import KafkaConfig
 from streaming.outcomes import Outcome

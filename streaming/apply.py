@@ -31,7 +31,14 @@ from pyspark.sql.types import (
 )
 
 from streaming.core.fold import Change, ChangeKind, Effect, Folded, Stored, fold
-from streaming.tables import BatchCommit, append, find_batch_commit, idempotent, latest_version, read_table
+from streaming.tables import (
+    BatchCommit,
+    append,
+    find_batch_commit,
+    idempotent,
+    latest_version,
+    read_table,
+)
 
 SEQ_SHIFT = 32
 """``__seq >> SEQ_SHIFT`` is the action ordinal of a change (its position in the batch)."""

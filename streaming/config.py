@@ -80,7 +80,9 @@ class SparkConfig(_Strict):
 class AppConfig(_Strict):
     """Top-level configuration of the CDC processor (``cdc.yaml``)."""
 
-    warehouse: str = Field(description="Root of the Delta tables: a local path or s3a://bucket/prefix")
+    warehouse: str = Field(
+        description="Root of the Delta tables: a local path or s3a://bucket/prefix"
+    )
     checkpoints: str = Field(description="Root of the streaming checkpoints")
     datasets: dict[str, str] = Field(
         default_factory=dict, description="Dataset name -> dataset definition YAML file"
@@ -94,7 +96,8 @@ class AppConfig(_Strict):
     spark: SparkConfig = Field(default_factory=SparkConfig)
     query_name: str = Field("cdc", description="Name of the streaming query (and its checkpoint)")
     base_dir: str = Field(
-        "", description="Relative paths and locationUris resolve here (default: the config's folder)"
+        "",
+        description="Relative paths and locationUris resolve here (default: the config's folder)",
     )
 
     @field_validator("datasets")
@@ -161,7 +164,11 @@ def _describe(error: ValidationError, source: str) -> str:
 
 
 def parse_config(
-    data: dict[str, Any], *, base: Path, environ: dict[str, str] | None = None, source: str = "config"
+    data: dict[str, Any],
+    *,
+    base: Path,
+    environ: dict[str, str] | None = None,
+    source: str = "config",
 ) -> AppConfig:
     """Validate a config mapping (plus ``CDC_*`` overrides) and resolve its relative paths."""
     merged = _deep_merge(data, _env_overrides(dict(os.environ if environ is None else environ)))

@@ -43,10 +43,16 @@ def prepare_tables(spark: SparkSession, datasets: Mapping[str, Dataset], layout:
     for name, dataset in datasets.items():
         for schema in dataset.object_schemas():
             ensure_table(
-                spark, layout.table(name, schema.name), current_schema(schema), CURRENT_TABLE_PROPERTIES
+                spark,
+                layout.table(name, schema.name),
+                current_schema(schema),
+                CURRENT_TABLE_PROPERTIES,
             )
             ensure_table(
-                spark, layout.history(name, schema.name), history_schema(schema), HISTORY_TABLE_PROPERTIES
+                spark,
+                layout.history(name, schema.name),
+                history_schema(schema),
+                HISTORY_TABLE_PROPERTIES,
             )
 
 

@@ -49,7 +49,9 @@ class Outcome(BaseModel):
     actions: list[ActionOutcome] = Field(default_factory=list)
     table_versions: dict[str, int] = Field(default_factory=dict, alias="tableVersions")
     batch_id: int = Field(alias="batchId")
-    source: str = Field(description="Where the request came from (topic/partition@offset, file:line)")
+    source: str = Field(
+        description="Where the request came from (topic/partition@offset, file:line)"
+    )
     received_at: datetime | None = Field(None, alias="receivedAt")
     committed_at: datetime | None = Field(None, alias="committedAt")
 

@@ -118,9 +118,9 @@ def plan_transaction(
     for index, action in enumerate(request.actions):
         kind = _KIND.get(action.operation)
         if kind is None or action.location_uri is None:
+            origin = "a location" if action.location_uri else "a source schema"
             raise RejectedError(
-                f"actions[{index}]: {action.operation} from "
-                f"{'a location' if action.location_uri else 'a source schema'} is not supported yet",
+                f"actions[{index}]: {action.operation} from {origin} is not supported yet",
                 code="UNSUPPORTED_ACTION",
             )
         targets = _targets(action, dataset)

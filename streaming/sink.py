@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from connectors.sources import to_raw_requests
 from streaming import ledger, system
-from streaming.apply import TableResult, apply_to_object_table, change_schema
+from streaming.apply import TableResult, apply_to_object_table
 from streaming.catalog import Dataset, SchemaDef
 from streaming.core.batch import Admitted, RawRequest, Refused, Repeated, Verdict, triage
 from streaming.core.fold import EFFECTS
@@ -113,7 +113,9 @@ class Sink:
         rejected: dict[str, RejectedError] = {}
         for plan in planned:
             try:
-                loaded.extend((load, load_changes(self.spark, load, commit.at)) for load in plan.loads)
+                loaded.extend(
+                    (load, load_changes(self.spark, load, commit.at)) for load in plan.loads
+                )
             except RejectedError as e:
                 rejected[plan.request.transaction_id] = e
         for ordinal, error in check_loads(loaded).items():
@@ -255,9 +257,9 @@ class Sink:
         commit: BatchCommit,
     ) -> None:
         hashes = [v.content_hash if isinstance(v, Admitted) else "" for v in verdicts]
-        ledger.record(self.spark, self.layout.ledger, list(zip(outcomes, hashes)), commit)
+        ledger.record(self.spark, self.layout.ledger, list(zip(outcomes, hashes, strict=True)), commit)
         bad: list[tuple[RawRequest, str | None, CdcError]] = []
-        for verdict, outcome in zip(verdicts, outcomes):
+        for verdict, outcome in zip(verdicts, outcomes, strict=True):
             if outcome.status is Status.REJECTED and outcome.error is not None:
                 error = RejectedError(outcome.error.message, code=outcome.error.code)
                 bad.append((verdict.raw, outcome.transaction_id, error))
@@ -276,7 +278,9 @@ class Sink:
         by_status: dict[str, int] = defaultdict(int)
         for o in outcomes:
             by_status[o.status.value] += 1
-        rows = sum(n for r in results.values() for (_, e), n in r.counts.items() if e != "unchanged")
+        rows = sum(
+            n for r in results.values() for (_, e), n in r.counts.items() if e != "unchanged"
+        )
         entry: dict[str, object] = {
             "batchId": batch_id,
             "transactions": len(outcomes),

@@ -3,8 +3,8 @@
 Every commit this job makes to a table carries
 - ``txnAppId`` = query name + table path and ``txnVersion`` = the micro-batch id, so Delta itself
   skips a commit that a replayed batch has already made (exactly once per table), and
-- ``userMetadata`` = ``{"cdc": query, "batchId": n, "at": commit time}``, so a replayed batch can find
-  the version of the table *before* it and plan from exactly the same state.
+- ``userMetadata`` = ``{"cdc": query, "batchId": n, "at": commit time}``, so a replayed batch
+  can find the version of the table *before* it and plan from exactly the same state.
 """
 
 from __future__ import annotations

@@ -1,0 +1,56 @@
+# Everything a fresh machine needs (Python 3.11, Java 17, Maven) is set up by these targets.
+#   make demo   set up, then run the petstore demo (the main job, embedded default, once)
+#   make test   set up, then run the whole test suite (real Spark, Delta and Kafka)
+
+PYTHON  ?= python3.11
+VENV    := .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+MVN     := mvn -B -q
+KAFKA_DIR ?= .kafka
+KAFKA_PORT ?= 9092
+
+.PHONY: setup jars demo test test-unit lint kafka-start kafka-stop clean
+
+setup: $(STAMP) jars
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+jars: jars/spark/.resolved jars/kafka/.resolved
+
+jars/spark/.resolved: pom.xml
+	rm -rf jars/spark
+	$(MVN) -P spark dependency:copy-dependencies -DoutputDirectory=jars/spark
+	@touch $@
+
+jars/kafka/.resolved: pom.xml
+	rm -rf jars/kafka
+	$(MVN) -P kafka dependency:copy-dependencies -DoutputDirectory=jars/kafka
+	@touch $@
+
+demo: setup
+	$(VENV)/bin/cdc demo
+
+test: setup
+	$(PY) -m pytest
+
+test-unit: $(STAMP)
+	$(PY) -m pytest tests/unit
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check streaming connectors tests
+	$(VENV)/bin/mypy
+
+kafka-start: setup
+	$(PY) -m connectors.kafka_broker start --dir $(KAFKA_DIR) --port $(KAFKA_PORT)
+
+kafka-stop: $(STAMP)
+	$(PY) -m connectors.kafka_broker stop --dir $(KAFKA_DIR)
+
+clean:
+	rm -rf $(VENV) jars .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,202 @@
+"""The ``cdc`` command line (DESIGN.md §2)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from streaming.config import AppConfig, load_config
+from streaming.errors import CdcError
+from streaming.outcomes import Outcome
+
+DEFAULT_CONFIG = "cdc.yaml"
+
+
+def _config(path: str | None) -> AppConfig:
+    chosen = path or os.environ.get("CDC_CONFIG")
+    if chosen is None and Path(DEFAULT_CONFIG).exists():
+        chosen = DEFAULT_CONFIG
+    return load_config(chosen)
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from streaming.job import Job
+    from streaming.session import build_session
+
+    cfg = _config(args.config)
+    spark = build_session(cfg.spark)
+    Job.create(spark, cfg).run(once=args.once)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from streaming.demo import run_demo
+
+    run_demo(workspace=Path(args.workspace) if args.workspace else None)
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from connectors.kafka_io import produce
+    from streaming.requests import decode_json
+
+    cfg = _config(args.config)
+    if cfg.kafka is None:
+        raise CdcError("kafka: not configured; cannot publish", code="CONFIG_ERROR")
+    records = []
+    for file in args.files:
+        for number, line in enumerate(Path(file).read_bytes().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                value = decode_json(line)
+                key = str(value.get("dataset", "")) if isinstance(value, dict) else ""
+            except CdcError:
+                key = ""  # published as is: the job rejects it with a clear code
+                print(f"warning: {file}:{number} is not a valid request", file=sys.stderr)
+            records.append((key, line))
+    count = produce(cfg.kafka, cfg.kafka.transactions_topic, records)
+    print(f"published {count} request(s) to {cfg.kafka.transactions_topic}")
+    return 0
+
+
+RESULT_COLUMNS = ["transactionId", "status", "batch", "actions", "error"]
+
+
+def _result_row(outcome: Outcome) -> list[object]:
+    counts = "; ".join(
+        f"{a.target} +{a.inserted} ~{a.updated} -{a.deleted} ={a.unchanged} skip {a.skipped}"
+        for a in outcome.actions
+    )
+    error = f"{outcome.error.code}: {outcome.error.message}" if outcome.error else ""
+    return [outcome.transaction_id, outcome.status.value, outcome.batch_id, counts, error]
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    from streaming.display import format_table
+
+    cfg = _config(args.config)
+    source: Iterable[Outcome]
+    if cfg.kafka is not None:
+        from connectors.kafka_io import read_outcomes
+
+        source = read_outcomes(cfg.kafka, follow=args.follow)
+    else:
+        source = _outcomes_from_delta(cfg)
+    chosen = (o for o in source if not args.transaction or o.transaction_id == args.transaction)
+    if args.json:
+        for outcome in chosen:
+            print(outcome.to_json(), flush=True)
+    elif args.follow:
+        for number, outcome in enumerate(chosen):
+            lines = format_table(RESULT_COLUMNS, [_result_row(outcome)]).splitlines()
+            print("\n".join(lines if number == 0 else lines[2:]), flush=True)
+    else:
+        print(format_table(RESULT_COLUMNS, [_result_row(o) for o in chosen]))
+    return 0
+
+
+def _outcomes_from_delta(cfg: AppConfig) -> list[Outcome]:
+    from streaming.layout import Layout
+    from streaming.session import build_session
+    from streaming.tables import read_table
+
+    spark = build_session(cfg.spark)
+    layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
+    rows = read_table(spark, layout.outcomes).orderBy("batch_id").select("outcome").collect()
+    return [Outcome.from_json(r["outcome"]) for r in rows]
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from streaming.display import format_table
+    from streaming.layout import Layout
+    from streaming.session import build_session
+    from streaming.tables import read_table
+
+    cfg = _config(args.config)
+    layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
+    path = (
+        layout.history(args.dataset, args.schema)
+        if args.history
+        else layout.table(args.dataset, args.schema)
+    )
+    spark = build_session(cfg.spark)
+    df = read_table(spark, path, args.version)
+    order = ["id", "version"] if "version" in df.columns else df.columns[:1]
+    rows = df.orderBy(*order).collect()
+    if args.json:
+        for row in rows:
+            print(json.dumps(row.asDict(recursive=True), default=str))
+    else:
+        print(format_table(df.columns, [list(r) for r in rows]))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cdc",
+        description="Spark Structured Streaming CDC processor: transactions and DMS changes "
+        "applied to Delta Lake exactly once.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="start the streaming job")
+    run.add_argument("--config", help="config file (default: $CDC_CONFIG or ./cdc.yaml)")
+    run.add_argument(
+        "--once", action="store_true", help="process everything present (availableNow), then exit"
+    )
+    run.set_defaults(func=cmd_run)
+
+    demo = sub.add_parser("demo", help="run the petstore demo in a temporary workspace")
+    demo.add_argument("--workspace", help="keep the demo workspace here instead of a temp dir")
+    demo.set_defaults(func=cmd_demo)
+
+    pub = sub.add_parser("publish", help="publish transaction requests (JSON lines) to Kafka")
+    pub.add_argument("files", nargs="+", help="files with one JSON request per line")
+    pub.add_argument("--config")
+    pub.set_defaults(func=cmd_publish)
+
+    res = sub.add_parser("results", help="read outcome events")
+    res.add_argument("--config")
+    res.add_argument("--follow", action="store_true", help="keep waiting for new outcomes")
+    res.add_argument("--transaction", metavar="ID", help="only this transaction")
+    res.add_argument("--json", action="store_true", help="one JSON event per line")
+    res.set_defaults(func=cmd_results)
+
+    show = sub.add_parser("show", help="print a table")
+    show.add_argument("dataset")
+    show.add_argument("schema", help="fully-qualified schema name, e.g. petstore.Dog")
+    show.add_argument("--config")
+    show.add_argument("--version", type=int, help="Delta version to read (time travel)")
+    show.add_argument("--history", action="store_true", help="the version history table")
+    show.add_argument("--json", action="store_true", help="one JSON row per line")
+    show.set_defaults(func=cmd_show)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    try:
+        return int(args.func(args))
+    except CdcError as e:
+        print(f"cdc: error [{e.code}]: {e.message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Seed 000's first example through Kafka: publish → ``cdc run --once`` → outcome on the topic.
+
+A real broker (KRaft, from the Maven jars), the real Spark Kafka source, confluent-kafka to
+publish requests and read outcomes back.
+"""
+
+from __future__ import annotations
+
+import deltalake
+import pytest
+from pyspark.sql import SparkSession
+
+from connectors.kafka_io import produce, read_outcomes
+from streaming.config import AppConfig
+from streaming.outcomes import Status
+from tests.support import Workspace, request, upsert
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+DOG = "petstore.Dog:\n  properties:\n    name:\n      type: string\n"
+
+
+def kafka_config(ws: Workspace, bootstrap: str, name: str) -> AppConfig:
+    return ws.config(
+        landing={},
+        kafka={
+            "bootstrap": bootstrap,
+            "transactions_topic": f"{name}.transactions",
+            "outcomes_topic": f"{name}.outcomes",
+        },
+    )
+
+
+def test_seed_upsert_via_kafka_then_duplicate(
+    spark: SparkSession, ws: Workspace, kafka_broker: object
+) -> None:
+    bootstrap: str = kafka_broker.bootstrap  # type: ignore[attr-defined]
+    ws.dataset("petstore", DOG)
+    ws.data("ingest0/petstore/Dog/part.json", {"id": "dog1", "name": "Scooby Doo"})
+    ws.data(
+        "ingest1/petstore/Dog/anyfile.json",
+        {"id": "dog1", "name": "Scooby"},
+        {"id": "dog2", "name": "Lassie"},
+        {"id": "dog3", "name": "Clifford"},
+    )
+    cfg = kafka_config(ws, bootstrap, "seed")
+    assert cfg.kafka is not None
+    topic = cfg.kafka.transactions_topic
+    produce(cfg.kafka, topic, [("petstore", request("tx-0000", upsert("./data/ingest0")).encode())])
+    produce(cfg.kafka, topic, [("petstore", request("tx-0001", upsert("./data/ingest1")).encode())])
+
+    job = ws.run_once(spark, cfg)
+    dogs = job.layout.table("petstore", "petstore.Dog")
+    rows = (
+        deltalake.DeltaTable(dogs).to_pyarrow_table(columns=["id", "version", "name"]).to_pylist()
+    )
+    assert sorted((r["id"], r["version"], r["name"]) for r in rows) == [
+        ("dog1", 2, "Scooby"),
+        ("dog2", 1, "Lassie"),
+        ("dog3", 1, "Clifford"),
+    ]
+    got = {o.transaction_id: o for o in read_outcomes(cfg.kafka, idle_timeout=5)}
+    assert got["tx-0001"].status is Status.COMMITTED
+    assert (got["tx-0001"].actions[0].inserted, got["tx-0001"].actions[0].updated) == (2, 1)
+    assert got["tx-0001"].source.startswith(f"kafka:{topic}[0]@")
+
+    version = deltalake.DeltaTable(dogs).version()
+    produce(cfg.kafka, topic, [("petstore", request("tx-0001", upsert("./data/ingest1")).encode())])
+    ws.run_once(spark, cfg)
+    assert deltalake.DeltaTable(dogs).version() == version
+    statuses = [
+        o.status for o in read_outcomes(cfg.kafka, idle_timeout=5) if o.transaction_id == "tx-0001"
+    ]
+    assert statuses == [Status.COMMITTED, Status.DUPLICATE]
