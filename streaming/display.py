@@ -21,5 +21,7 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
     line = "| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)) + " |"
     rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    body = ["| " + " | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) + " |" for r in cells]
+    body = [
+        "| " + " | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) + " |" for r in cells
+    ]
     return "\n".join([line, rule, *body])

@@ -257,7 +257,9 @@ class Sink:
         commit: BatchCommit,
     ) -> None:
         hashes = [v.content_hash if isinstance(v, Admitted) else "" for v in verdicts]
-        ledger.record(self.spark, self.layout.ledger, list(zip(outcomes, hashes, strict=True)), commit)
+        ledger.record(
+            self.spark, self.layout.ledger, list(zip(outcomes, hashes, strict=True)), commit
+        )
         bad: list[tuple[RawRequest, str | None, CdcError]] = []
         for verdict, outcome in zip(verdicts, outcomes, strict=True):
             if outcome.status is Status.REJECTED and outcome.error is not None:
