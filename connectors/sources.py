@@ -18,10 +18,26 @@ from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BinaryType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from streaming.config import KafkaConfig, LandingConfig
 from streaming.core.batch import RawRequest, SourcePosition, split_landing_file
 
+BINARY_FILE_SCHEMA = StructType(
+    [
+        StructField("path", StringType()),
+        StructField("modificationTime", TimestampType()),
+        StructField("length", LongType()),
+        StructField("content", BinaryType()),
+    ]
+)
 RAW_COLUMNS = ["kind", "name", "partition", "offset", "mtime", "payload"]
 
 
@@ -50,7 +66,11 @@ def kafka_requests(spark: SparkSession, cfg: KafkaConfig) -> DataFrame:
 
 def landing_requests(spark: SparkSession, cfg: LandingConfig, folder: str) -> DataFrame:
     """Request files (JSON lines) dropped into the landing folder, each file read whole."""
-    reader = spark.readStream.format("binaryFile").option("recursiveFileLookup", "true")
+    reader = (
+        spark.readStream.format("binaryFile")
+        .schema(BINARY_FILE_SCHEMA)
+        .option("recursiveFileLookup", "true")
+    )
     if cfg.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", cfg.max_files_per_trigger)
     return (

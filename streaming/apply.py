@@ -167,11 +167,11 @@ def apply_to_object_table(
     table: str,
     history: str,
     commit: BatchCommit,
+    before: int,
     partitions: int,
 ) -> TableResult:
-    """Fold the batch's changes into the table at ``table`` and its history at ``history``."""
-    done = find_batch_commit(spark, table, commit)
-    before = done - 1 if done is not None else None  # a replay plans from the same state
+    """Fold the batch's changes into the table at ``table`` (read as of version ``before``, the
+    state before this batch) and its history at ``history``."""
     props = [f.name for f in data_schema.fields]
     stored = read_table(spark, table, before).select(
         F.col("id").alias("s_id"),
@@ -185,24 +185,21 @@ def apply_to_object_table(
     folded = (
         joined.repartition(partitions, "id")
         .sortWithinPartitions("id", "__seq")
-        .mapInArrow(_fold_partitions(to_arrow_schema(out_schema)), out_schema)
-        .persist()
+        .mapInArrow(_fold_partitions(to_arrow_schema(out_schema, timezone="UTC")), out_schema)
+        # Materialised once: the counts, the MERGE and the history append all read this result,
+        # and writing the table must not make Spark recompute it from the table's new state.
+        .localCheckpoint(eager=True)
     )
-    try:
-        counts = {
-            (int(r["seq"]) >> SEQ_SHIFT, r["effect"]): int(r["n"])
-            for r in folded.where("row_kind = 'effect'")
-            .groupBy("seq", "effect")
-            .agg(F.count("*").alias("n"))
-            .collect()
-        }
-        wrote = any(effect in ("inserted", "updated", "deleted") for _, effect in counts)
-        if wrote:
-            _write(spark, folded, props, table, history, commit)
-        version = done if done is not None else latest_version(spark, table)
-        return TableResult(counts, version)
-    finally:
-        folded.unpersist()
+    counts = {
+        (int(r["seq"]) >> SEQ_SHIFT, r["effect"]): int(r["n"])
+        for r in folded.where("row_kind = 'effect'")
+        .groupBy("seq", "effect")
+        .agg(F.count("*").alias("n"))
+        .collect()
+    }
+    if any(effect in ("inserted", "updated", "deleted") for _, effect in counts):
+        _write(spark, folded, props, table, history, commit)
+    return TableResult(counts, latest_version(spark, table))
 
 
 def _with_hash(df: DataFrame, props: list[str]) -> DataFrame:

@@ -31,7 +31,7 @@ from streaming.loads import changes_only, check_loads, load_changes
 from streaming.outcomes import ActionOutcome, ErrorInfo, Outcome, Status
 from streaming.plan import Load, PlannedTransaction, plan_transaction
 from streaming.requests import salvage_transaction_id
-from streaming.tables import BatchCommit, find_batch_commit, latest_version
+from streaming.tables import BatchCommit, latest_version, version_before
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class Sink:
         try:
             for path in sorted(by_table):
                 dataset, schema = schemas[path]
-                before[path] = _version_before(self.spark, path, commit)
+                before[path] = version_before(self.spark, path, commit)
                 parts = [changes_only(df) for _, df in by_table[path]]
                 changes = parts[0]
                 for part in parts[1:]:
@@ -154,6 +154,7 @@ class Sink:
                     table=path,
                     history=self.layout.history(dataset, schema.name),
                     commit=commit,
+                    before=before[path],
                     partitions=self.shuffle_partitions,
                 )
         except Exception as e:  # roll back every table this batch changed, then report FAILED
@@ -310,11 +311,6 @@ def _duplicate(verdict: Repeated, first: Mapping[str, Outcome], base: dict[str, 
     if original.status is not Status.COMMITTED:
         return original.model_copy(update=base)
     return original.model_copy(update={"status": Status.DUPLICATE, **base})
-
-
-def _version_before(spark: SparkSession, path: str, commit: BatchCommit) -> int:
-    done = find_batch_commit(spark, path, commit)
-    return done - 1 if done is not None else latest_version(spark, path)
 
 
 def _is_dir(spark: SparkSession) -> Callable[[str], bool]:

@@ -158,6 +158,12 @@ def find_batch_commit(spark: SparkSession, path: str, commit: BatchCommit) -> in
     return None
 
 
+def version_before(spark: SparkSession, path: str, commit: BatchCommit) -> int:
+    """The table's version before this batch: a replayed batch plans from the same state."""
+    done = find_batch_commit(spark, path, commit)
+    return done - 1 if done is not None else latest_version(spark, path)
+
+
 def latest_version(spark: SparkSession, path: str) -> int:
     row = DeltaTable.forPath(spark, path).history(1).select("version").first()
     assert row is not None

@@ -1,0 +1,61 @@
+"""The command line as users run it: help texts, the demo, a wrong config."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streaming.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[2]
+CDC = [sys.executable, "-m", "streaming.cli"]
+
+
+@pytest.mark.parametrize("command", ["run", "demo", "publish", "results", "show"])
+def test_every_subcommand_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    assert "usage: cdc " + command in capsys.readouterr().out
+
+
+def test_parser_lists_the_design_commands() -> None:
+    help_text = build_parser().format_help()
+    for command in ("run", "demo", "publish", "results", "show"):
+        assert command in help_text
+
+
+def test_wrong_config_key_fails_at_startup_naming_the_key(tmp_path: Path) -> None:
+    config = tmp_path / "cdc.yaml"
+    config.write_text("warehouse: ./w\ncheckpoints: ./c\ntrigger: {intervall: 5 seconds}\n")
+    done = subprocess.run(
+        [*CDC, "run", "--config", str(config), "--once"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert done.returncode == 2
+    assert "trigger.intervall: unknown key" in done.stderr
+
+
+@pytest.mark.spark
+def test_demo_prints_the_seed_tables_and_outcomes(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*CDC, "demo", "--workspace", str(tmp_path / "demo")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    table = out[out.index("petstore.Dog\n") : out.index("petstore.Dog history")]
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in table.splitlines()
+        if line.startswith("| dog")
+    ]
+    assert rows == [["dog1", "2", "Scooby"], ["dog2", "1", "Lassie"], ["dog3", "1", "Clifford"]]
+    outcomes = out[out.index("outcomes") :]
+    assert "tx-0001" in outcomes and "COMMITTED" in outcomes
+    assert "INVALID_JSON" in outcomes and "DUPLICATE" in outcomes
