@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from enum import StrEnum
 from typing import Any
 
@@ -169,11 +170,22 @@ def parse_request(payload: bytes) -> TransactionRequest:
         raise RejectedError(_describe(e), code=_error_code(e)) from e
 
 
+_ID_PATTERN = re.compile(rb'"transactionId"\s*:\s*"((?:[^"\\]|\\.){1,256})"')
+
+
 def salvage_transaction_id(payload: bytes) -> str | None:
-    """The transactionId of a request that failed to parse, when one can still be read."""
+    """Best effort: the transactionId of a request that failed to parse (even truncated JSON),
+    so its REJECTED outcome can still be correlated by the sender."""
     try:
         value = json.loads(payload.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
+        match = _ID_PATTERN.search(payload)
+        if match is None:
+            return None
+        try:
+            found = json.loads(b'"' + match.group(1) + b'"')
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        return found if isinstance(found, str) and found else None
     tid = value.get("transactionId") if isinstance(value, dict) else None
     return tid if isinstance(tid, str) and tid else None

@@ -67,8 +67,10 @@ def test_ledger_entries_make_duplicates_except_those_of_a_replayed_batch() -> No
 
 def test_unparseable_request_keeps_what_can_be_read_of_its_id() -> None:
     bad = b'{"transactionId": "x1", "dataset": "p", "actions": []}'
-    verdict = triage([kafka(0, bad), kafka(1, b"{nope")], {}, 0)
+    truncated = b'{"transactionId": "x\\"2", "dataset": "p", "actions": ['
+    verdict = triage([kafka(0, bad), kafka(1, b"{nope"), kafka(2, truncated)], {}, 0)
     assert [(type(v), v.transaction_id) for v in verdict if isinstance(v, Refused)] == [
         (Refused, "x1"),
         (Refused, None),
+        (Refused, 'x"2'),
     ]
