@@ -36,7 +36,7 @@ class SourcePosition:
 
     def __str__(self) -> str:
         if self.kind == "landing":
-            return f"file:{self.name}:{self.offset}"
+            return f"{self.name}:{self.offset}"  # the file URI Spark lists, then the line
         return f"kafka:{self.name}[{self.partition}]@{self.offset}"
 
 

@@ -29,7 +29,7 @@ def kafka(offset: int, payload: bytes, partition: int = 0) -> RawRequest:
 
 
 def test_landing_file_lines_are_numbered_and_blank_lines_skipped() -> None:
-    raws = split_landing_file("/l/f.jsonl", AT, req("a") + b"\n\n" + req("b") + b"\r\n", AT)
+    raws = split_landing_file("file:/l/f.jsonl", AT, req("a") + b"\n\n" + req("b") + b"\r\n", AT)
     assert [(r.position.offset, r.payload) for r in raws] == [(1, req("a")), (3, req("b"))]
     assert str(raws[0].position) == "file:/l/f.jsonl:1"
 
