@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -34,7 +34,6 @@ from streaming.core.fold import Change, ChangeKind, Effect, Folded, Stored, fold
 from streaming.tables import (
     BatchCommit,
     append,
-    find_batch_commit,
     idempotent,
     latest_version,
     read_table,
@@ -225,7 +224,9 @@ def _write(
     commit: BatchCommit,
 ) -> None:
     state = _with_hash(folded.where("row_kind = 'state'"), props)
-    assignments = {c: F.col(f"s.{c}") for c in ["version", "created", "updated", "hash", *props]}
+    assignments: dict[str, str | Column] = {
+        c: F.col(f"s.{c}") for c in ["version", "created", "updated", "hash", *props]
+    }
     with idempotent(spark, table, commit):
         (
             DeltaTable.forPath(spark, table)

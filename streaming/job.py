@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from connectors.kafka_io import publish_outcomes
 from connectors.sources import RAW_COLUMNS, kafka_requests, landing_requests

@@ -179,59 +179,39 @@ class Sink:
         first: dict[str, Outcome] = {}
         outcomes: list[Outcome] = []
         for verdict in verdicts:
-            base = {
-                "batch_id": commit.batch_id,
-                "source": str(verdict.raw.position),
-                "received_at": verdict.raw.received_at,
-            }
             if isinstance(verdict, Refused):
-                outcome = Outcome(
-                    transaction_id=verdict.transaction_id,
-                    dataset=verdict.request.dataset if verdict.request else None,
-                    status=Status.REJECTED,
-                    error=ErrorInfo(**verdict.error.as_dict()),
-                    **base,
-                )
+                request = verdict.request
+                outcome = _outcome(verdict.raw, commit, Status.REJECTED, verdict.error)
+                outcome.transaction_id = verdict.transaction_id
+                outcome.dataset = request.dataset if request else None
             elif isinstance(verdict, Repeated):
-                outcome = _duplicate(verdict, first, base)
+                outcome = _duplicate(verdict, first, commit)
             else:
                 tid = verdict.request.transaction_id
                 if tid in rejected:
-                    outcome = Outcome(
-                        transaction_id=tid,
-                        dataset=verdict.request.dataset,
-                        status=Status.REJECTED,
-                        error=ErrorInfo(**rejected[tid].as_dict()),
-                        **base,
-                    )
+                    outcome = _outcome(verdict.raw, commit, Status.REJECTED, rejected[tid])
                 elif failure is not None:
-                    outcome = Outcome(
-                        transaction_id=tid,
-                        dataset=verdict.request.dataset,
-                        status=Status.FAILED,
-                        error=ErrorInfo(**failure.as_dict()),
-                        **base,
-                    )
+                    outcome = _outcome(verdict.raw, commit, Status.FAILED, failure)
                 else:
-                    outcome = self._committed(applied[tid], results, commit, base)
+                    outcome = self._committed(verdict.raw, applied[tid], results, commit)
+                outcome.transaction_id, outcome.dataset = tid, verdict.request.dataset
                 first[tid] = outcome
             outcomes.append(outcome)
         return outcomes
 
     def _committed(
         self,
+        raw: RawRequest,
         plan: PlannedTransaction,
         results: Mapping[str, TableResult],
         commit: BatchCommit,
-        base: dict[str, object],
     ) -> Outcome:
-        actions: list[ActionOutcome] = []
-        versions: dict[str, int] = {}
+        outcome = _outcome(raw, commit, Status.COMMITTED)
         for load in plan.loads:
             path = self.layout.table(plan.request.dataset, load.schema.name)
             result = results[path]
             counts = {e: result.counts.get((load.ordinal, e), 0) for e in EFFECTS}
-            actions.append(
+            outcome.actions.append(
                 ActionOutcome(
                     index=load.action_index,
                     operation=load.operation.value,
@@ -239,16 +219,9 @@ class Sink:
                     **counts,
                 )
             )
-            versions[load.schema.name] = result.version
-        return Outcome(
-            transaction_id=plan.request.transaction_id,
-            dataset=plan.request.dataset,
-            status=Status.COMMITTED,
-            actions=actions,
-            table_versions=versions,
-            committed_at=commit.at,
-            **base,  # type: ignore[arg-type]
-        )
+            outcome.table_versions[load.schema.name] = result.version
+        outcome.committed_at = commit.at
+        return outcome
 
     def _record(
         self,
@@ -304,19 +277,37 @@ class Sink:
         )
 
 
-def _duplicate(verdict: Repeated, first: Mapping[str, Outcome], base: dict[str, object]) -> Outcome:
+def _outcome(
+    raw: RawRequest, commit: BatchCommit, status: Status, error: CdcError | None = None
+) -> Outcome:
+    """An outcome of this batch for the request ``raw``, without transaction details yet."""
+    return Outcome(
+        transaction_id=None,
+        status=status,
+        error=ErrorInfo(code=error.code, message=error.message) if error else None,
+        batch_id=commit.batch_id,
+        source=str(raw.position),
+        received_at=raw.received_at,
+    )
+
+
+def _duplicate(verdict: Repeated, first: Mapping[str, Outcome], commit: BatchCommit) -> Outcome:
     """A repeat: DUPLICATE of a committed original (its counts repeated), else the same fate."""
     tid = verdict.request.transaction_id
     original = Outcome.from_json(verdict.earlier.outcome_json) if verdict.earlier else first[tid]
-    if original.status is not Status.COMMITTED:
-        return original.model_copy(update=base)
-    return original.model_copy(update={"status": Status.DUPLICATE, **base})
+    outcome = original.model_copy(deep=True)
+    if original.status is Status.COMMITTED:
+        outcome.status = Status.DUPLICATE
+    outcome.batch_id = commit.batch_id
+    outcome.source = str(verdict.raw.position)
+    outcome.received_at = verdict.raw.received_at
+    return outcome
 
 
 def _is_dir(spark: SparkSession) -> Callable[[str], bool]:
     """Directory test for local paths and Hadoop URIs (s3a://...)."""
     jvm = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
 
     def is_dir(path: str) -> bool:
         if "://" not in path:
