@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import logging
 import os
 import signal
@@ -122,10 +123,8 @@ class LocalKafkaBroker:
         pid = self._pid()
         if pid is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
         deadline = time.monotonic() + timeout
         while self._alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -16,9 +16,8 @@ from pathlib import Path
 
 from streaming.config import load_config
 from streaming.display import format_table
-from streaming.session import PROJECT_ROOT
 
-EXAMPLE_DATASET = PROJECT_ROOT / "examples" / "petstore" / "petstore.yaml"
+EXAMPLE_DATASET = Path(__file__).parent / "resources" / "petstore.yaml"
 
 CONFIG = """\
 warehouse: ./warehouse
