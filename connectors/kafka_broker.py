@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
-from confluent_kafka import NewTopic
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 log = logging.getLogger(__name__)
 
