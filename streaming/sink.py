@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -52,8 +52,8 @@ class Sink:
     shuffle_partitions: int = 4
     publish: Publisher | None = None
     clock: Callable[[], datetime] = _now
-    history: list[dict[str, object]] = field(default_factory=list)
-    """Per-batch progress (also logged): what ``cdc status`` and tests look at."""
+    history: deque[dict[str, object]] = field(default_factory=lambda: deque(maxlen=100))
+    """Progress of the last 100 batches (also logged)."""
 
     # -- the foreachBatch entry point ------------------------------------------------------
     def __call__(self, df: DataFrame, batch_id: int) -> None:
