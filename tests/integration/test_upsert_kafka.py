@@ -11,8 +11,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from connectors.kafka_io import produce, read_outcomes
+from streaming.cli import main
 from streaming.config import AppConfig
-from streaming.outcomes import Status
+from streaming.outcomes import Outcome, Status
 from tests.support import Workspace, request, upsert
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -32,7 +33,7 @@ def kafka_config(ws: Workspace, bootstrap: str, name: str) -> AppConfig:
 
 
 def test_seed_upsert_via_kafka_then_duplicate(
-    spark: SparkSession, ws: Workspace, kafka_broker: object
+    spark: SparkSession, ws: Workspace, kafka_broker: object, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bootstrap: str = kafka_broker.bootstrap  # type: ignore[attr-defined]
     ws.dataset("petstore", DOG)
@@ -46,8 +47,16 @@ def test_seed_upsert_via_kafka_then_duplicate(
     cfg = kafka_config(ws, bootstrap, "seed")
     assert cfg.kafka is not None
     topic = cfg.kafka.transactions_topic
-    produce(cfg.kafka, topic, [("petstore", request("tx-0000", upsert("./data/ingest0")).encode())])
-    produce(cfg.kafka, topic, [("petstore", request("tx-0001", upsert("./data/ingest1")).encode())])
+    config_file = ws.root / "cdc.yaml"
+    config_file.write_text(cfg.model_dump_json())  # JSON is YAML: `cdc publish --config` reads it
+    requests_file = ws.root / "requests.jsonl"
+    requests_file.write_text(
+        request("tx-0000", upsert("./data/ingest0"))
+        + "\n"
+        + request("tx-0001", upsert("./data/ingest1"))
+        + "\n"
+    )
+    assert main(["publish", str(requests_file), "--config", str(config_file)]) == 0
 
     job = ws.run_once(spark, cfg)
     dogs = job.layout.table("petstore", "petstore.Dog")
@@ -72,3 +81,10 @@ def test_seed_upsert_via_kafka_then_duplicate(
         o.status for o in read_outcomes(cfg.kafka, idle_timeout=5) if o.transaction_id == "tx-0001"
     ]
     assert statuses == [Status.COMMITTED, Status.DUPLICATE]
+
+    capsys.readouterr()
+    assert (
+        main(["results", "--config", str(config_file), "--transaction", "tx-0001", "--json"]) == 0
+    )
+    printed = [Outcome.from_json(line) for line in capsys.readouterr().out.splitlines()]
+    assert [o.status for o in printed] == [Status.COMMITTED, Status.DUPLICATE]

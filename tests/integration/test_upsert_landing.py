@@ -5,10 +5,13 @@ Real Spark, real Delta tables; delta-rs reads the results as an independent Delt
 
 from __future__ import annotations
 
+import json
+
 import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
+from streaming.cli import main
 from streaming.layout import Layout
 from streaming.outcomes import Outcome, Status
 from streaming.tables import read_table
@@ -193,3 +196,37 @@ def test_invalid_transaction_is_rejected_and_the_batch_goes_on(
     assert found["tx-good@0"].status is Status.COMMITTED
     dogs = job.layout.table("petstore", "petstore.Dog")
     assert [r[0] for r in rows_by_delta_rs(dogs, "id")] == ["dog1", "dog2", "dog3"]
+
+
+def test_cli_show_and_results_read_what_the_job_wrote(
+    spark: SparkSession, ws: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed_workspace(ws)
+    cfg = ws.config()
+    ws.requests(request("tx-0000", upsert("./data/ingest0")))
+    ws.run_once(spark, cfg)
+    ws.requests(request("tx-0001", upsert("./data/ingest1")))
+    ws.run_once(spark, cfg)
+    config_file = ws.root / "cdc.yaml"
+    config_file.write_text(cfg.model_dump_json())
+    capsys.readouterr()
+
+    assert main(["show", "petstore", "petstore.Dog", "--config", str(config_file), "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["id"], r["version"], r["name"]) for r in rows] == SEED_RESULT
+
+    assert (
+        main(["show", "petstore", "petstore.Dog", "--config", str(config_file), "--version", "1"])
+        == 0
+    )
+    table = capsys.readouterr().out
+    assert "Scooby Doo" in table and "Lassie" not in table  # time travel to tx-0000's commit
+
+    assert (
+        main(["show", "petstore", "petstore.Dog", "--history", "--config", str(config_file)]) == 0
+    )
+    assert capsys.readouterr().out.count("| dog1 ") == 2
+
+    assert main(["results", "--config", str(config_file)]) == 0
+    printed = capsys.readouterr().out
+    assert "tx-0000" in printed and "petstore.Dog +2 ~1 -0 =0 skip 0" in printed
