@@ -1,7 +1,8 @@
 """Apply a micro-batch's changes to one object table: fold per key, one MERGE, one history append.
 
-Input: every change of the batch to one table, as rows of ``CHANGE_COLUMNS`` + ``data`` (a struct
-of the schema's properties). ``__seq`` orders changes: ``action ordinal << 32 | row``. The stored
+Input: every change of the batch to one table, as rows of ``id``, ``__seq`` (the order:
+``action ordinal << 32 | row``), ``__tx``, ``__kind`` (a ``ChangeKind``), ``__at`` (commit time),
+``__cols`` (PATCH: the columns the source has) and ``data`` (a struct of the properties). The stored
 state of each touched key is joined in, the rows are sorted by (id, seq) inside partitions, and
 ``core.fold`` runs once per key (Arrow batches, no per-key Spark job). Its output is
 - ``state`` rows: the new current row of every key that changed → one Delta MERGE,
@@ -11,7 +12,7 @@ state of each touched key is joined in, the rows are sorted by (id, seq) inside 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,6 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
-    ArrayType,
     BooleanType,
     LongType,
     StringType,
@@ -31,6 +31,7 @@ from pyspark.sql.types import (
 )
 
 from streaming.core.fold import Change, ChangeKind, Effect, Folded, Stored, fold
+from streaming.layout import ObjectTable
 from streaming.tables import (
     BatchCommit,
     append,
@@ -41,20 +42,6 @@ from streaming.tables import (
 
 SEQ_SHIFT = 32
 """``__seq >> SEQ_SHIFT`` is the action ordinal of a change (its position in the batch)."""
-
-CHANGE_FIELDS = [
-    StructField("id", StringType()),
-    StructField("__seq", LongType()),
-    StructField("__tx", StringType()),
-    StructField("__kind", StringType()),
-    StructField("__at", TimestampType()),
-    StructField("__cols", ArrayType(StringType())),
-]
-
-
-def change_schema(data: StructType) -> StructType:
-    return StructType([*CHANGE_FIELDS, StructField("data", data)])
-
 
 def _fold_schema(data: StructType) -> StructType:
     return StructType(
@@ -75,9 +62,12 @@ def _fold_schema(data: StructType) -> StructType:
 
 
 def _stored(row: dict[str, Any]) -> Stored:
-    if row["s_version"] is None:
-        return Stored()
-    return Stored(row["s_data"], row["s_version"], row["s_created"], row["s_updated"])
+    """A key's state before the batch: its live row, else its tombstone, else nothing."""
+    if row["s_version"] is not None:
+        return Stored(row["s_data"], row["s_version"], row["s_created"], row["s_updated"])
+    if row["t_version"] is not None:
+        return Stored(None, row["t_version"])
+    return Stored()
 
 
 def _change(row: dict[str, Any]) -> Change:
@@ -152,10 +142,12 @@ def _fold_partitions(out: pa.Schema) -> Any:
 
 @dataclass
 class TableResult:
-    """What one table's apply did: counts per (action ordinal, effect) and the version after."""
+    """What one table's apply did: counts per (action ordinal, effect), the version after, and
+    the history rows still to append (``append_history``)."""
 
     counts: dict[tuple[int, Effect], int]
     version: int
+    history: DataFrame | None
 
 
 def apply_to_object_table(
@@ -163,23 +155,29 @@ def apply_to_object_table(
     *,
     changes: DataFrame,
     data_schema: StructType,
-    table: str,
-    history: str,
+    paths: ObjectTable,
+    before: Mapping[str, int],
     commit: BatchCommit,
-    before: int,
     partitions: int,
 ) -> TableResult:
-    """Fold the batch's changes into the table at ``table`` (read as of version ``before``, the
-    state before this batch) and its history at ``history``."""
+    """Fold the batch's changes into one object schema's tables, each read as of its version
+    ``before`` this batch (the same state again when the batch is replayed)."""
     props = [f.name for f in data_schema.fields]
-    stored = read_table(spark, table, before).select(
+    stored = read_table(spark, paths.current, before[paths.current]).select(
         F.col("id").alias("s_id"),
         F.col("version").alias("s_version"),
         F.col("created").alias("s_created"),
         F.col("updated").alias("s_updated"),
         F.struct(*props).alias("s_data"),
     )
-    joined = changes.join(stored, changes["id"] == stored["s_id"], "left").drop("s_id")
+    tombstones = read_table(spark, paths.tombstones, before[paths.tombstones]).select(
+        F.col("id").alias("t_id"), F.col("version").alias("t_version")
+    )
+    joined = (
+        changes.join(stored, changes["id"] == stored["s_id"], "left")
+        .join(tombstones, changes["id"] == tombstones["t_id"], "left")
+        .drop("s_id", "t_id")
+    )
     out_schema = _fold_schema(data_schema)
     folded = (
         joined.repartition(partitions, "id")
@@ -196,9 +194,18 @@ def apply_to_object_table(
         .agg(F.count("*").alias("n"))
         .collect()
     }
+    history = None
     if any(effect in ("inserted", "updated", "deleted") for _, effect in counts):
-        _write(spark, folded, props, table, history, commit)
-    return TableResult(counts, latest_version(spark, table))
+        _merge(spark, folded, props, paths, commit)
+        history = _history_rows(folded, props)
+    return TableResult(counts, latest_version(spark, paths.current), history)
+
+
+def append_history(result: TableResult, paths: ObjectTable, commit: BatchCommit) -> None:
+    """Append a table's history rows. History is append-only: it cannot be restored, so it is
+    written after every current table of the batch, and a failure here is rolled forward."""
+    if result.history is not None:
+        append(result.history, paths.history, commit)
 
 
 def _with_hash(df: DataFrame, props: list[str]) -> DataFrame:
@@ -215,21 +222,20 @@ def _with_hash(df: DataFrame, props: list[str]) -> DataFrame:
     )
 
 
-def _write(
+def _merge(
     spark: SparkSession,
     folded: DataFrame,
     props: list[str],
-    table: str,
-    history: str,
+    paths: ObjectTable,
     commit: BatchCommit,
 ) -> None:
     state = _with_hash(folded.where("row_kind = 'state'"), props)
     assignments: dict[str, str | Column] = {
         c: F.col(f"s.{c}") for c in ["version", "created", "updated", "hash", *props]
     }
-    with idempotent(spark, table, commit):
+    with idempotent(spark, paths.current, commit):
         (
-            DeltaTable.forPath(spark, table)
+            DeltaTable.forPath(spark, paths.current)
             .alias("t")
             .merge(state.alias("s"), "t.id = s.id")
             .whenMatchedDelete(condition="s.deleted")
@@ -239,7 +245,25 @@ def _write(
             )
             .execute()
         )
-    rows = _with_hash(folded.where("row_kind = 'history'"), props).select(
+    with idempotent(spark, paths.tombstones, commit):
+        (
+            DeltaTable.forPath(spark, paths.tombstones)
+            .alias("t")
+            .merge(state.alias("s"), "t.id = s.id")
+            .whenMatchedUpdate(
+                condition="s.deleted", set={"version": "s.version", "deleted": "s.updated"}
+            )
+            .whenMatchedDelete()  # re-inserted: the live row carries the version on
+            .whenNotMatchedInsert(
+                condition="s.deleted",
+                values={"id": "s.id", "version": "s.version", "deleted": "s.updated"},
+            )
+            .execute()
+        )
+
+
+def _history_rows(folded: DataFrame, props: list[str]) -> DataFrame:
+    return _with_hash(folded.where("row_kind = 'history'"), props).select(
         "id",
         "version",
         "created",
@@ -250,4 +274,3 @@ def _write(
         F.col("op").alias("__op"),
         F.col("tx").alias("__transaction_id"),
     )
-    append(rows, history, commit)

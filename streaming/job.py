@@ -23,6 +23,7 @@ from streaming.tables import (
     LEDGER_SCHEMA,
     OUTCOMES_SCHEMA,
     QUARANTINE_SCHEMA,
+    TOMBSTONES_SCHEMA,
     current_schema,
     ensure_table,
     history_schema,
@@ -48,6 +49,7 @@ def prepare_tables(spark: SparkSession, datasets: Mapping[str, Dataset], layout:
                 current_schema(schema),
                 CURRENT_TABLE_PROPERTIES,
             )
+            ensure_table(spark, layout.tombstones(name, schema.name), TOMBSTONES_SCHEMA)
             ensure_table(
                 spark,
                 layout.history(name, schema.name),

@@ -14,6 +14,20 @@ def _join(root: str, *parts: str) -> str:
 
 
 @dataclass(frozen=True)
+class ObjectTable:
+    """The Delta tables behind one object schema."""
+
+    current: str
+    history: str
+    tombstones: str
+
+    @property
+    def restorable(self) -> tuple[str, str]:
+        """The tables a failed batch restores (history is append-only: rolled forward only)."""
+        return (self.current, self.tombstones)
+
+
+@dataclass(frozen=True)
 class Layout:
     warehouse: str
     checkpoints: str
@@ -29,8 +43,15 @@ class Layout:
         return _join(self.warehouse, dataset, "_history", *schema_fqn.split("."))
 
     def tombstones(self, dataset: str, schema_fqn: str) -> str:
-        """Deleted keys remembered (id, version, watermark): ``<dataset>/_tombstones/<path>``."""
+        """Deleted keys remembered (id, version): ``<dataset>/_tombstones/<schema path>``."""
         return _join(self.warehouse, dataset, "_tombstones", *schema_fqn.split("."))
+
+    def object_table(self, dataset: str, schema_fqn: str) -> ObjectTable:
+        return ObjectTable(
+            self.table(dataset, schema_fqn),
+            self.history(dataset, schema_fqn),
+            self.tombstones(dataset, schema_fqn),
+        )
 
     # -- system tables -----------------------------------------------------------------------
     @property

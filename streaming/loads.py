@@ -16,6 +16,7 @@ from pyspark.sql.types import ArrayType, StringType
 
 from streaming.apply import SEQ_SHIFT
 from streaming.core.columns import resolve_columns
+from streaming.core.fold import ChangeKind
 from streaming.errors import RejectedError
 from streaming.plan import Load
 from streaming.requests import DataFormat
@@ -33,7 +34,7 @@ def _read(spark: SparkSession, load: Load) -> DataFrame:
 
 
 def load_changes(spark: SparkSession, load: Load, at: datetime) -> DataFrame:
-    """The rows of ``load`` as change rows (``apply.change_schema``) plus check columns."""
+    """The rows of ``load`` as change rows (see ``streaming.apply``) plus check columns."""
     try:
         raw = _read(spark, load)
     except RejectedError:
@@ -57,15 +58,17 @@ def load_changes(spark: SparkSession, load: Load, at: datetime) -> DataFrame:
             f"{load.location.path}: no id column for {schema.name}", code="MISSING_ID_COLUMN"
         )
     types = {f.name: f.dataType for f in schema.spark_schema().fields}
-    values: dict[str, Column] = {}
+    # DELETE needs only ids; PATCH writes only the columns its source has.
+    present = [] if load.kind is ChangeKind.DELETE else [p for p in props if p in sources]
+    values: dict[str, Column] = {p: F.lit(None).cast(types[p]) for p in props}
     bad: list[Column] = []
-    for prop in props:
-        if prop in sources:
-            src = F.col(f"`{sources[prop]}`")
-            values[prop] = src.try_cast(types[prop])
-            bad.append(F.when(src.isNotNull() & values[prop].isNull(), F.lit(prop)))
-        else:
-            values[prop] = F.lit(None).cast(types[prop])
+    for prop in present:
+        src = F.col(f"`{sources[prop]}`")
+        values[prop] = src.try_cast(types[prop])
+        bad.append(F.when(src.isNotNull() & values[prop].isNull(), F.lit(prop)))
+    columns = (
+        F.array(*[F.lit(p) for p in present]) if load.kind is ChangeKind.PATCH else F.lit(None)
+    )
     corrupt = F.col(CORRUPT).isNotNull() if CORRUPT in raw.columns else F.lit(False)
     return raw.select(
         F.col(f"`{sources['id']}`").cast("string").alias("id"),
@@ -73,7 +76,7 @@ def load_changes(spark: SparkSession, load: Load, at: datetime) -> DataFrame:
         F.lit(load.transaction_id).alias("__tx"),
         F.lit(load.kind.value).alias("__kind"),
         F.lit(at).cast("timestamp").alias("__at"),
-        F.lit(None).cast(ArrayType(StringType())).alias("__cols"),
+        columns.cast(ArrayType(StringType())).alias("__cols"),
         F.struct(*[values[p].alias(p) for p in props]).alias("data"),
         (F.array_compact(F.array(*bad)) if bad else F.array().cast("array<string>")).alias(
             "__bad_cols"

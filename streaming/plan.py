@@ -28,6 +28,8 @@ DEFAULT_COLUMN_FORMAT = {
 _KIND = {
     Operation.UPSERT: ChangeKind.UPSERT,
     Operation.INSERT_IGNORE: ChangeKind.INSERT_IGNORE,
+    Operation.PATCH: ChangeKind.PATCH,
+    Operation.DELETE: ChangeKind.DELETE,
 }
 
 

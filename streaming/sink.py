@@ -21,12 +21,12 @@ from pyspark.sql import DataFrame, SparkSession
 
 from connectors.sources import to_raw_requests
 from streaming import ledger, system
-from streaming.apply import TableResult, apply_to_object_table
+from streaming.apply import TableResult, append_history, apply_to_object_table
 from streaming.catalog import Dataset, SchemaDef
 from streaming.core.batch import Admitted, RawRequest, Refused, Repeated, Verdict, triage
 from streaming.core.fold import EFFECTS
 from streaming.errors import CdcError, FailedError, RejectedError
-from streaming.layout import Layout
+from streaming.layout import Layout, ObjectTable
 from streaming.loads import changes_only, check_loads, load_changes
 from streaming.outcomes import ActionOutcome, ErrorInfo, Outcome, Status
 from streaming.plan import Load, PlannedTransaction, plan_transaction
@@ -132,29 +132,29 @@ class Sink:
         """Write each target table once, in path order; on failure restore what was written."""
         dataset_of = {p.request.transaction_id: p.request.dataset for p in valid}
         by_table: dict[str, list[tuple[Load, DataFrame]]] = defaultdict(list)
-        schemas: dict[str, tuple[str, SchemaDef]] = {}
+        targets: dict[str, tuple[ObjectTable, SchemaDef]] = {}
         for load, df in loaded:
-            path = self.layout.table(dataset_of[load.transaction_id], load.schema.name)
-            by_table[path].append((load, df))
-            schemas[path] = (dataset_of[load.transaction_id], load.schema)
+            paths = self.layout.object_table(dataset_of[load.transaction_id], load.schema.name)
+            by_table[paths.current].append((load, df))
+            targets[paths.current] = (paths, load.schema)
         results: dict[str, TableResult] = {}
         before: dict[str, int] = {}
         try:
-            for path in sorted(by_table):
-                dataset, schema = schemas[path]
-                before[path] = version_before(self.spark, path, commit)
-                parts = [changes_only(df) for _, df in by_table[path]]
+            for current in sorted(by_table):
+                paths, schema = targets[current]
+                for path in paths.restorable:
+                    before[path] = version_before(self.spark, path, commit)
+                parts = [changes_only(df) for _, df in by_table[current]]
                 changes = parts[0]
                 for part in parts[1:]:
                     changes = changes.unionByName(part)
-                results[path] = apply_to_object_table(
+                results[current] = apply_to_object_table(
                     self.spark,
                     changes=changes,
                     data_schema=schema.spark_schema(),
-                    table=path,
-                    history=self.layout.history(dataset, schema.name),
+                    paths=paths,
+                    before=before,
                     commit=commit,
-                    before=before[path],
                     partitions=self.shuffle_partitions,
                 )
         except Exception as e:  # roll back every table this batch changed, then report FAILED
@@ -164,6 +164,8 @@ class Sink:
                     DeltaTable.forPath(self.spark, path).restoreToVersion(version)
             error = e if isinstance(e, CdcError) else FailedError(f"{type(e).__name__}: {e}")
             return {}, error
+        for current, result in results.items():
+            append_history(result, targets[current][0], commit)
         return results, None
 
     def _outcomes(

@@ -43,6 +43,15 @@ HISTORY_FIELDS = [
     StructField("__transaction_id", StringType(), nullable=False),
 ]
 
+TOMBSTONES_SCHEMA = StructType(
+    [
+        StructField("id", StringType(), nullable=False),
+        StructField("version", LongType(), nullable=False),
+        StructField("deleted", TimestampType(), nullable=False),
+    ]
+)
+"""Deleted keys remembered: a re-insert continues at version + 1, so (id, version) stays unique."""
+
 LEDGER_SCHEMA = StructType(
     [
         StructField("transaction_id", StringType(), nullable=False),
