@@ -1,8 +1,8 @@
 """Apply a micro-batch's changes to one object table: fold per key, one MERGE, one history append.
 
 Input: every change of the batch to one table, as rows of ``id``, ``__seq`` (the order:
-``action ordinal << 32 | row``), ``__tx``, ``__kind`` (a ``ChangeKind``), ``__at`` (commit time),
-``__cols`` (PATCH: the columns the source has) and ``data`` (a struct of the properties). The stored
+``action ordinal << 32 | row``), ``__tx``, ``__kind`` (a ``ChangeKind``), ``__cols`` (PATCH:
+the columns the source has) and ``data`` (a struct of the properties). The stored
 state of each touched key is joined in, the rows are sorted by (id, seq) inside partitions, and
 ``core.fold`` runs once per key (Arrow batches, no per-key Spark job). Its output is
 - ``state`` rows: the new current row of every key that changed → one Delta MERGE,
@@ -42,6 +42,7 @@ from streaming.tables import (
 
 SEQ_SHIFT = 32
 """``__seq >> SEQ_SHIFT`` is the action ordinal of a change (its position in the batch)."""
+
 
 def _fold_schema(data: StructType) -> StructType:
     return StructType(
@@ -174,7 +175,8 @@ def apply_to_object_table(
         F.col("id").alias("t_id"), F.col("version").alias("t_version")
     )
     joined = (
-        changes.join(stored, changes["id"] == stored["s_id"], "left")
+        changes.withColumn("__at", F.lit(commit.at).cast("timestamp"))
+        .join(stored, changes["id"] == stored["s_id"], "left")
         .join(tombstones, changes["id"] == tombstones["t_id"], "left")
         .drop("s_id", "t_id")
     )

@@ -8,7 +8,6 @@ records) for *every* load of the batch run as one Spark job in ``check_loads``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -33,7 +32,7 @@ def _read(spark: SparkSession, load: Load) -> DataFrame:
     raise RejectedError(f"format {load.format} is not supported yet", code="UNSUPPORTED_FORMAT")
 
 
-def load_changes(spark: SparkSession, load: Load, at: datetime) -> DataFrame:
+def load_changes(spark: SparkSession, load: Load) -> DataFrame:
     """The rows of ``load`` as change rows (see ``streaming.apply``) plus check columns."""
     try:
         raw = _read(spark, load)
@@ -75,7 +74,6 @@ def load_changes(spark: SparkSession, load: Load, at: datetime) -> DataFrame:
         F.lit(load.ordinal << SEQ_SHIFT).alias("__seq"),
         F.lit(load.transaction_id).alias("__tx"),
         F.lit(load.kind.value).alias("__kind"),
-        F.lit(at).cast("timestamp").alias("__at"),
         columns.cast(ArrayType(StringType())).alias("__cols"),
         F.struct(*[values[p].alias(p) for p in props]).alias("data"),
         (F.array_compact(F.array(*bad)) if bad else F.array().cast("array<string>")).alias(

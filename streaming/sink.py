@@ -31,11 +31,20 @@ from streaming.loads import changes_only, check_loads, load_changes
 from streaming.outcomes import ActionOutcome, ErrorInfo, Outcome, Status
 from streaming.plan import Load, PlannedTransaction, plan_transaction
 from streaming.requests import salvage_transaction_id
-from streaming.tables import BatchCommit, latest_version, version_before
+from streaming.tables import BatchCommit, find_batch_commit, latest_version
 
 log = logging.getLogger(__name__)
 
 Publisher = Callable[[Sequence[Outcome]], None]
+
+
+@dataclass
+class Target:
+    """One object schema's tables and the batch's changes to them."""
+
+    paths: ObjectTable
+    schema: SchemaDef
+    changes: list[DataFrame] = field(default_factory=list)
 
 
 def _now() -> datetime:
@@ -63,14 +72,15 @@ class Sink:
 
     def process(self, raws: Sequence[RawRequest], batch_id: int) -> list[Outcome]:
         started = time.monotonic()
-        commit = BatchCommit(self.layout.query_name, batch_id, self.clock())
         verdicts = self._triage(raws, batch_id)
         admitted = [v for v in verdicts if isinstance(v, Admitted)]
         planned, rejected = self._plan(admitted)
-        loaded, load_rejected = self._load(planned, commit)
+        loaded, load_rejected = self._load(planned)
         rejected.update(load_rejected)
         valid = [p for p in planned if p.request.transaction_id not in rejected]
-        results, failure = self._apply(valid, loaded, commit)
+        targets = self._targets(valid, loaded)
+        before, commit = self._resume(targets, batch_id)
+        results, failure = self._apply(targets, before, commit)
         outcomes = self._outcomes(verdicts, valid, rejected, results, failure, commit)
         self._record(verdicts, outcomes, rejected, commit)
         self._progress(batch_id, outcomes, results, time.monotonic() - started)
@@ -107,15 +117,13 @@ class Sink:
         return planned, rejected
 
     def _load(
-        self, planned: Sequence[PlannedTransaction], commit: BatchCommit
+        self, planned: Sequence[PlannedTransaction]
     ) -> tuple[list[tuple[Load, DataFrame]], dict[str, RejectedError]]:
         loaded: list[tuple[Load, DataFrame]] = []
         rejected: dict[str, RejectedError] = {}
         for plan in planned:
             try:
-                loaded.extend(
-                    (load, load_changes(self.spark, load, commit.at)) for load in plan.loads
-                )
+                loaded.extend((load, load_changes(self.spark, load)) for load in plan.loads)
             except RejectedError as e:
                 rejected[plan.request.transaction_id] = e
         for ordinal, error in check_loads(loaded).items():
@@ -123,36 +131,51 @@ class Sink:
             rejected.setdefault(tid, error)
         return [(load, df) for load, df in loaded if load.transaction_id not in rejected], rejected
 
-    def _apply(
-        self,
-        valid: Sequence[PlannedTransaction],
-        loaded: Sequence[tuple[Load, DataFrame]],
-        commit: BatchCommit,
-    ) -> tuple[dict[str, TableResult], CdcError | None]:
-        """Write each target table once, in path order; on failure restore what was written."""
+    def _targets(
+        self, valid: Sequence[PlannedTransaction], loaded: Sequence[tuple[Load, DataFrame]]
+    ) -> dict[str, Target]:
+        """The batch's changes per target table, keyed (and later written) by table path."""
         dataset_of = {p.request.transaction_id: p.request.dataset for p in valid}
-        by_table: dict[str, list[tuple[Load, DataFrame]]] = defaultdict(list)
-        targets: dict[str, tuple[ObjectTable, SchemaDef]] = {}
+        targets: dict[str, Target] = {}
         for load, df in loaded:
             paths = self.layout.object_table(dataset_of[load.transaction_id], load.schema.name)
-            by_table[paths.current].append((load, df))
-            targets[paths.current] = (paths, load.schema)
-        results: dict[str, TableResult] = {}
+            target = targets.setdefault(paths.current, Target(paths, load.schema))
+            target.changes.append(changes_only(df))
+        return dict(sorted(targets.items()))
+
+    def _resume(
+        self, targets: Mapping[str, Target], batch_id: int
+    ) -> tuple[dict[str, int], BatchCommit]:
+        """Each table's version before this batch, and the batch's commit time. A replayed batch
+        (some tables already committed it) gets back its original versions and commit time, so
+        it computes exactly the same rows again."""
+        query = self.layout.query_name
         before: dict[str, int] = {}
+        at: datetime | None = None
+        for target in targets.values():
+            for path in target.paths.restorable:
+                done = find_batch_commit(self.spark, path, query, batch_id)
+                if done is None:
+                    before[path] = latest_version(self.spark, path)
+                else:
+                    before[path], at = done[0] - 1, done[1]
+        return before, BatchCommit(query, batch_id, at or self.clock())
+
+    def _apply(
+        self, targets: Mapping[str, Target], before: Mapping[str, int], commit: BatchCommit
+    ) -> tuple[dict[str, TableResult], CdcError | None]:
+        """Write each target table once, in path order; on failure restore what was written."""
+        results: dict[str, TableResult] = {}
         try:
-            for current in sorted(by_table):
-                paths, schema = targets[current]
-                for path in paths.restorable:
-                    before[path] = version_before(self.spark, path, commit)
-                parts = [changes_only(df) for _, df in by_table[current]]
-                changes = parts[0]
-                for part in parts[1:]:
+            for current, target in targets.items():
+                changes = target.changes[0]
+                for part in target.changes[1:]:
                     changes = changes.unionByName(part)
                 results[current] = apply_to_object_table(
                     self.spark,
                     changes=changes,
-                    data_schema=schema.spark_schema(),
-                    paths=paths,
+                    data_schema=target.schema.spark_schema(),
+                    paths=target.paths,
                     before=before,
                     commit=commit,
                     partitions=self.shuffle_partitions,
@@ -165,7 +188,7 @@ class Sink:
             error = e if isinstance(e, CdcError) else FailedError(f"{type(e).__name__}: {e}")
             return {}, error
         for current, result in results.items():
-            append_history(result, targets[current][0], commit)
+            append_history(result, targets[current].paths, commit)
         return results, None
 
     def _outcomes(

@@ -147,9 +147,11 @@ def idempotent(spark: SparkSession, path: str, commit: BatchCommit) -> Iterator[
             spark.conf.unset(key)
 
 
-def find_batch_commit(spark: SparkSession, path: str, commit: BatchCommit) -> int | None:
-    """The table version this batch already committed (a replay), or None."""
-    wanted = {"cdc": commit.query, "batchId": commit.batch_id}
+def find_batch_commit(
+    spark: SparkSession, path: str, query: str, batch_id: int
+) -> tuple[int, datetime] | None:
+    """(version, commit time) of this query's commit of ``batch_id`` to the table at ``path`` —
+    present when the batch is being replayed — or None."""
     rows = (
         DeltaTable.forPath(spark, path)
         .history(50)
@@ -162,15 +164,9 @@ def find_batch_commit(spark: SparkSession, path: str, commit: BatchCommit) -> in
             meta = json.loads(row["userMetadata"])
         except (TypeError, ValueError):
             continue
-        if isinstance(meta, dict) and {k: meta.get(k) for k in wanted} == wanted:
-            return int(row["version"])
+        if isinstance(meta, dict) and meta.get("cdc") == query and meta.get("batchId") == batch_id:
+            return int(row["version"]), datetime.fromisoformat(meta["at"])
     return None
-
-
-def version_before(spark: SparkSession, path: str, commit: BatchCommit) -> int:
-    """The table's version before this batch: a replayed batch plans from the same state."""
-    done = find_batch_commit(spark, path, commit)
-    return done - 1 if done is not None else latest_version(spark, path)
 
 
 def latest_version(spark: SparkSession, path: str) -> int:
