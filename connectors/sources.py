@@ -3,18 +3,26 @@
 Both sources are projected onto ``RAW_COLUMNS`` so they can be unioned into one query (one
 checkpoint, one sink, one writer per table):
 
-  kind       'kafka' | 'landing'
+  kind       'kafka' | 'landing' | 'dms'
   name       topic | file path
   partition  Kafka partition (0 for files)
   offset     Kafka offset (0 for files: lines are numbered when the file is split)
   mtime      Kafka record timestamp | file modification time
-  payload    message value | whole file content
+  payload    message value | whole file content (empty for DMS files: Spark reads them later)
+
+A DMS change file ``<landing.dms>/<dataset>/<schema path>/<file>.parquet`` becomes the request
+``{"transactionId": "dms:<path in the zone>", "dataset": …, "actions": [{"operation": "UPSERT",
+"format": "DMS", "locationUri": <file>, "target": <schema>}]}``: one transaction per file, so a
+file dropped again under the same name is DUPLICATE.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from pathlib import PurePosixPath
+from urllib.parse import urlparse
 
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -87,20 +95,61 @@ def landing_requests(spark: SparkSession, cfg: LandingConfig, folder: str) -> Da
     )
 
 
+def dms_files(spark: SparkSession, cfg: LandingConfig, folder: str) -> DataFrame:
+    """DMS Parquet change files dropped into the landing zone (listed only; read when applied)."""
+    reader = (
+        spark.readStream.format("binaryFile")
+        .schema(BINARY_FILE_SCHEMA)
+        .option("recursiveFileLookup", "true")
+        .option("pathGlobFilter", "*.parquet")
+    )
+    if cfg.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", cfg.max_files_per_trigger)
+    return reader.load(folder).select(
+        F.lit("dms").alias("kind"),
+        F.col("path").alias("name"),
+        F.lit(0).alias("partition"),
+        F.lit(0).cast("long").alias("offset"),
+        F.col("modificationTime").alias("mtime"),
+        F.lit(b"").cast("binary").alias("payload"),
+    )
+
+
+def dms_request(path: str, zone: str) -> bytes:
+    """The transaction request standing for one DMS file (see the module docstring)."""
+    local = urlparse(path).path if path.startswith("file:") else path
+    root = urlparse(zone).path if zone.startswith("file:") else zone
+    relative = (
+        PurePosixPath(local).relative_to(root) if local.startswith(root) else PurePosixPath(local)
+    )
+    parts = relative.parts
+    action = {
+        "operation": "UPSERT",
+        "format": "DMS",
+        "locationUri": path,
+        "target": ".".join(parts[1:-1]) or "<schema folder missing>",
+    }
+    request = {"transactionId": f"dms:{relative}", "dataset": parts[0], "actions": [action]}
+    return json.dumps(request).encode("utf-8")
+
+
 def _utc(value: datetime | None) -> datetime:
     if value is None:
         return datetime.fromtimestamp(0, UTC)
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def to_raw_requests(rows: Iterable[Row]) -> list[RawRequest]:
-    """Collected raw rows → one ``RawRequest`` per Kafka record or landing-file line."""
+def to_raw_requests(rows: Iterable[Row], dms_zone: str | None = None) -> list[RawRequest]:
+    """Collected raw rows → one ``RawRequest`` per Kafka record, landing-file line or DMS file."""
     raws: list[RawRequest] = []
     for row in rows:
         mtime = _utc(row["mtime"])
         payload = bytes(row["payload"] or b"")
         if row["kind"] == "landing":
             raws.extend(split_landing_file(row["name"], mtime, payload, mtime))
+        elif row["kind"] == "dms":
+            position = SourcePosition("dms", row["name"], mtime=mtime)
+            raws.append(RawRequest(position, dms_request(row["name"], dms_zone or ""), mtime))
         else:
             position = SourcePosition("kafka", row["name"], row["partition"], row["offset"])
             raws.append(RawRequest(position, payload, mtime))

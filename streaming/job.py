@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from connectors.kafka_io import publish_outcomes
-from connectors.sources import RAW_COLUMNS, kafka_requests, landing_requests
+from connectors.sources import RAW_COLUMNS, dms_files, kafka_requests, landing_requests
 from streaming.catalog import Dataset, load_dataset
 from streaming.config import AppConfig
 from streaming.errors import ConfigError
@@ -23,10 +23,10 @@ from streaming.tables import (
     LEDGER_SCHEMA,
     OUTCOMES_SCHEMA,
     QUARANTINE_SCHEMA,
-    TOMBSTONES_SCHEMA,
     current_schema,
     ensure_table,
     history_schema,
+    tombstones_schema,
 )
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def prepare_tables(spark: SparkSession, datasets: Mapping[str, Dataset], layout:
                 current_schema(schema),
                 CURRENT_TABLE_PROPERTIES,
             )
-            ensure_table(spark, layout.tombstones(name, schema.name), TOMBSTONES_SCHEMA)
+            ensure_table(spark, layout.tombstones(name, schema.name), tombstones_schema(schema))
             ensure_table(
                 spark,
                 layout.history(name, schema.name),
@@ -69,10 +69,12 @@ def request_stream(spark: SparkSession, cfg: AppConfig) -> DataFrame:
     streams: list[DataFrame] = []
     if cfg.landing.transactions:
         streams.append(landing_requests(spark, cfg.landing, _local_dir(cfg.landing.transactions)))
+    if cfg.landing.dms:
+        streams.append(dms_files(spark, cfg.landing, _local_dir(cfg.landing.dms)))
     if cfg.kafka is not None:
         streams.append(kafka_requests(spark, cfg.kafka))
     if not streams:
-        raise ConfigError("landing.transactions / kafka: configure at least one request source")
+        raise ConfigError("landing / kafka: configure at least one source")
     union = streams[0].select(RAW_COLUMNS)
     for other in streams[1:]:
         union = union.unionByName(other.select(RAW_COLUMNS))
@@ -97,7 +99,11 @@ class Job:
             datasets=datasets,
             layout=layout,
             base_dir=cfg.base_dir,
-            allowed_locations=cfg.allowed_locations,
+            allowed_locations=[
+                *cfg.allowed_locations,
+                *([cfg.landing.dms] if cfg.landing.dms else []),
+            ],
+            dms_zone=cfg.landing.dms,
             shuffle_partitions=cfg.spark.shuffle_partitions,
             publish=(lambda outcomes: publish_outcomes(kafka, outcomes)) if kafka else None,
         )

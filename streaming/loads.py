@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType
 
 from streaming.apply import SEQ_SHIFT
+from streaming.catalog import SchemaDef
 from streaming.core.columns import resolve_columns
 from streaming.core.fold import ChangeKind
 from streaming.errors import RejectedError
@@ -21,6 +22,8 @@ from streaming.plan import Load
 from streaming.requests import DataFormat
 
 CORRUPT = "_corrupt_record"
+ROW = "__row"
+DMS_OP = "Op"
 _CHECK_COLUMNS = ["__seq", "id", "__bad_cols", "__corrupt"]
 
 
@@ -29,7 +32,38 @@ def _read(spark: SparkSession, load: Load) -> DataFrame:
         return spark.read.option("columnNameOfCorruptRecord", CORRUPT).json(load.location.path)
     if load.format is DataFormat.PARQUET:
         return spark.read.parquet(load.location.path)
+    if load.format is DataFormat.DMS:
+        # Rows keep their order in the files: several changes to one key apply in file order.
+        df = spark.read.parquet(load.location.path)
+        order = Window.orderBy(F.col("_metadata.file_name"), F.col("_metadata.row_index"))
+        return df.withColumn(ROW, F.row_number().over(order) - 1)
     raise RejectedError(f"format {load.format} is not supported yet", code="UNSUPPORTED_FORMAT")
+
+
+def _kind(load: Load, raw: DataFrame, schema: SchemaDef, sources: dict[str, str]) -> Column:
+    """Per-row change kind: the action's, except DMS ``Op = 'D'`` and tombstone-key rows (seed
+    001: boolean true; a string equal to the configured value; any other type non-null)."""
+    kind = F.lit(load.kind.value)
+    deleted: Column | None = None
+    if load.format is DataFormat.DMS:
+        op = next((c for c in raw.columns if c.lower() == DMS_OP.lower()), None)
+        if op is not None:
+            deleted = F.upper(F.col(f"`{op}`")) == F.lit("D")
+    tombstone = schema.tombstone
+    if tombstone is not None and tombstone.column in sources:
+        col = F.col(f"`{sources[tombstone.column]}`")
+        base = schema.properties[tombstone.column].base_type
+        if base == "boolean":
+            marked = col.try_cast("boolean")
+        elif base == "string" and tombstone.value is not None:
+            marked = col.cast("string") == F.lit(tombstone.value)
+        else:
+            marked = col.isNotNull()
+        marked = F.coalesce(marked, F.lit(False))
+        deleted = marked if deleted is None else (deleted | marked)
+    if deleted is None or load.kind is not ChangeKind.UPSERT:
+        return kind
+    return F.when(deleted, F.lit(ChangeKind.DELETE.value)).otherwise(kind)
 
 
 def load_changes(spark: SparkSession, load: Load) -> DataFrame:
@@ -47,7 +81,7 @@ def load_changes(spark: SparkSession, load: Load) -> DataFrame:
     props = schema.data_columns()
     sources = resolve_columns(
         ["id", *props],
-        [c for c in raw.columns if c != CORRUPT],
+        [c for c in raw.columns if c not in (CORRUPT, ROW)],
         load.column_format,
         dict(load.column_mapping),
         relaxed=load.location.local,
@@ -69,11 +103,12 @@ def load_changes(spark: SparkSession, load: Load) -> DataFrame:
         F.array(*[F.lit(p) for p in present]) if load.kind is ChangeKind.PATCH else F.lit(None)
     )
     corrupt = F.col(CORRUPT).isNotNull() if CORRUPT in raw.columns else F.lit(False)
+    row = F.col(ROW) if ROW in raw.columns else F.lit(0)
     return raw.select(
         F.col(f"`{sources['id']}`").cast("string").alias("id"),
-        F.lit(load.ordinal << SEQ_SHIFT).alias("__seq"),
+        (F.lit(load.ordinal << SEQ_SHIFT) + row).alias("__seq"),
         F.lit(load.transaction_id).alias("__tx"),
-        F.lit(load.kind.value).alias("__kind"),
+        _kind(load, raw, schema, sources).alias("__kind"),
         columns.cast(ArrayType(StringType())).alias("__cols"),
         F.struct(*[values[p].alias(p) for p in props]).alias("data"),
         (F.array_compact(F.array(*bad)) if bad else F.array().cast("array<string>")).alias(
@@ -114,7 +149,7 @@ def check_loads(loaded: Sequence[tuple[Load, DataFrame]]) -> dict[int, RejectedE
             errors[load.ordinal] = RejectedError(
                 f"{where}: {row['no_id']} record(s) have no id", code="MISSING_ID"
             )
-        elif row["dup_ids"]:
+        elif row["dup_ids"] and load.format is not DataFormat.DMS:  # DMS: many changes per key
             errors[load.ordinal] = RejectedError(
                 f"{where}: {row['dup_ids']} id(s) appear more than once", code="DUPLICATE_ID"
             )

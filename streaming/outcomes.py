@@ -35,6 +35,8 @@ class ActionOutcome(BaseModel):
     deleted: int = 0
     unchanged: int = 0
     skipped: int = 0
+    stale: int = 0
+    """Changes older than the stored row (watermark), ignored."""
 
 
 class Outcome(BaseModel):

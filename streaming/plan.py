@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 from urllib.parse import urlparse
 
 from streaming.catalog import Dataset, SchemaDef
@@ -110,7 +111,7 @@ def plan_transaction(
     datasets: Mapping[str, Dataset],
     base_dir: str,
     allowed_locations: list[str],
-    is_dir: Callable[[str], bool],
+    exists: Callable[[str], Literal["dir", "file"] | None],
 ) -> PlannedTransaction:
     """Validate ``request`` and list its loads, numbered from ``first_ordinal``."""
     dataset = datasets.get(request.dataset)
@@ -129,14 +130,23 @@ def plan_transaction(
         location = resolve_location(
             action.location_uri, base_dir=base_dir, allowed=allowed_locations
         )
-        if not is_dir(location.path):
+        kind_of_location = exists(location.path)
+        if kind_of_location is None:
             raise RejectedError(
                 f"actions[{index}]: locationUri {action.location_uri!r} does not exist",
                 code="LOCATION_NOT_FOUND",
             )
         fmt = action.format or DataFormat.JSON
-        found = [(s, location.child(*s.path_parts)) for s in targets]
-        found = [(s, loc) for s, loc in found if is_dir(loc.path)]
+        if kind_of_location == "file":  # one data file (e.g. a DMS file) for one target schema
+            if action.target is None:
+                raise RejectedError(
+                    f"actions[{index}]: locationUri is a file; name its schema in 'target'",
+                    code="MISSING_FIELD",
+                )
+            found = [(targets[0], location)]
+        else:
+            found = [(s, location.child(*s.path_parts)) for s in targets]
+            found = [(s, loc) for s, loc in found if exists(loc.path) == "dir"]
         if not found:
             expected = ", ".join("/".join(s.path_parts) for s in targets)
             raise RejectedError(

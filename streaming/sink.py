@@ -15,6 +15,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Literal
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -59,6 +60,7 @@ class Sink:
     base_dir: str
     allowed_locations: list[str]
     shuffle_partitions: int = 4
+    dms_zone: str | None = None
     publish: Publisher | None = None
     clock: Callable[[], datetime] = _now
     history: deque[dict[str, object]] = field(default_factory=lambda: deque(maxlen=100))
@@ -66,7 +68,7 @@ class Sink:
 
     # -- the foreachBatch entry point ------------------------------------------------------
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        raws = to_raw_requests(df.collect())
+        raws = to_raw_requests(df.collect(), self.dms_zone)
         if raws:
             self.process(raws, batch_id)
 
@@ -98,7 +100,7 @@ class Sink:
         planned: list[PlannedTransaction] = []
         rejected: dict[str, RejectedError] = {}
         ordinal = 0
-        is_dir = _is_dir(self.spark)
+        exists = _path_kind(self.spark)
         for item in admitted:
             try:
                 plan = plan_transaction(
@@ -107,7 +109,7 @@ class Sink:
                     datasets=self.datasets,
                     base_dir=self.base_dir,
                     allowed_locations=self.allowed_locations,
-                    is_dir=is_dir,
+                    exists=exists,
                 )
             except RejectedError as e:
                 rejected[item.request.transaction_id] = e
@@ -174,7 +176,7 @@ class Sink:
                 results[current] = apply_to_object_table(
                     self.spark,
                     changes=changes,
-                    data_schema=target.schema.spark_schema(),
+                    schema=target.schema,
                     paths=target.paths,
                     before=before,
                     commit=commit,
@@ -329,15 +331,20 @@ def _duplicate(verdict: Repeated, first: Mapping[str, Outcome], commit: BatchCom
     return outcome
 
 
-def _is_dir(spark: SparkSession) -> Callable[[str], bool]:
-    """Directory test for local paths and Hadoop URIs (s3a://...)."""
+def _path_kind(spark: SparkSession) -> Callable[[str], Literal["dir", "file"] | None]:
+    """Whether a path is a directory, a file or absent: local paths and Hadoop URIs (s3a://)."""
     jvm = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()
 
-    def is_dir(path: str) -> bool:
+    def kind(path: str) -> Literal["dir", "file"] | None:
         if "://" not in path:
-            return os.path.isdir(path)
+            if os.path.isdir(path):
+                return "dir"
+            return "file" if os.path.isfile(path) else None
         hpath = jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
-        return bool(hpath.getFileSystem(conf).isDirectory(hpath))
+        fs = hpath.getFileSystem(conf)
+        if not fs.exists(hpath):
+            return None
+        return "dir" if fs.getFileStatus(hpath).isDirectory() else "file"
 
-    return is_dir
+    return kind

@@ -96,6 +96,15 @@ def current_schema(schema: SchemaDef) -> StructType:
     return StructType([*META_FIELDS, *data] if schema.is_object else list(data))
 
 
+def tombstones_schema(schema: SchemaDef) -> StructType:
+    """Deleted keys: id, tombstone version, deletion time, and the delete's watermark."""
+    if not schema.watermark:
+        return TOMBSTONES_SCHEMA
+    data = schema.spark_schema()
+    mark = StructType([data[c] for c in schema.watermark])
+    return StructType([*TOMBSTONES_SCHEMA.fields, StructField("watermark", mark)])
+
+
 def history_schema(schema: SchemaDef) -> StructType:
     return StructType([*current_schema(schema).fields, *HISTORY_FIELDS])
 

@@ -1,8 +1,9 @@
 """The pure first steps of a micro-batch: raw input → ordered, parsed, de-duplicated requests.
 
-Order (DESIGN.md §3): Kafka offset order within a partition; landing files by (modification
-time, name) and line order. Across sources and partitions the order is undefined; we fix one
-(landing files first, then Kafka by topic/partition/offset) so a replay is deterministic.
+Order (DESIGN.md §3): Kafka offset order within a partition; landing and DMS files by
+(modification time, name), then line order. Across sources and partitions the order is
+undefined; we fix one (files first, then Kafka by topic/partition/offset) so a replay is
+deterministic.
 """
 
 from __future__ import annotations
@@ -20,16 +21,16 @@ from streaming.requests import TransactionRequest, parse_request, salvage_transa
 class SourcePosition:
     """Where a request came from: a Kafka record or a line of a landing file."""
 
-    kind: Literal["landing", "kafka"]
+    kind: Literal["landing", "dms", "kafka"]
     name: str
-    """landing: the file path; kafka: the topic."""
+    """landing, dms: the file path; kafka: the topic."""
     partition: int = 0
     offset: int = 0
     """kafka: the record offset; landing: the 1-based line number."""
     mtime: datetime | None = None
 
     def sort_key(self) -> tuple[int, float, str, int, int]:
-        if self.kind == "landing":
+        if self.kind in ("landing", "dms"):  # files: by modification time, name, line
             stamp = self.mtime.timestamp() if self.mtime else 0.0
             return (0, stamp, self.name, 0, self.offset)
         return (1, 0.0, self.name, self.partition, self.offset)
@@ -37,6 +38,8 @@ class SourcePosition:
     def __str__(self) -> str:
         if self.kind == "landing":
             return f"{self.name}:{self.offset}"  # the file URI Spark lists, then the line
+        if self.kind == "dms":
+            return self.name
         return f"kafka:{self.name}[{self.partition}]@{self.offset}"
 
 

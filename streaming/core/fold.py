@@ -11,6 +11,11 @@ so applying many transactions together gives exactly what applying them one at a
 - PATCH only updates existing rows, and only the columns its source has; absent ids are ``skipped``.
 - INSERT_IGNORE leaves existing rows alone (``skipped``).
 - DELETE removes the row and writes a tombstone history entry with the last data and version + 1.
+- Watermarks (seed 001), when the schema has watermark columns: per key the largest watermark
+  wins; NULL is the smallest value; composite watermarks compare left to right. A change whose
+  watermark is older than the key's (live row or tombstone) is ``stale`` and ignored; on a tie the
+  later change (in source order) wins. A delete keeps its watermark on the tombstone, so a late,
+  older update cannot resurrect the key.
 """
 
 from __future__ import annotations
@@ -21,8 +26,15 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-Effect = Literal["inserted", "updated", "deleted", "unchanged", "skipped"]
-EFFECTS: tuple[Effect, ...] = ("inserted", "updated", "deleted", "unchanged", "skipped")
+Effect = Literal["inserted", "updated", "deleted", "unchanged", "skipped", "stale"]
+EFFECTS: tuple[Effect, ...] = ("inserted", "updated", "deleted", "unchanged", "skipped", "stale")
+
+Watermark = tuple[Any, ...]
+
+
+def watermark_key(value: Watermark) -> tuple[tuple[bool, Any], ...]:
+    """Sort key of a watermark: left to right, NULL smaller than any value."""
+    return tuple((v is not None, v) for v in value)
 
 
 class ChangeKind(StrEnum):
@@ -44,6 +56,8 @@ class Stored:
     version: int = 0
     created: datetime | None = None
     updated: datetime | None = None
+    watermark: Watermark | None = None
+    """The watermark of the live row or tombstone (None: the schema has none, or never seen)."""
 
     @property
     def live(self) -> bool:
@@ -61,6 +75,7 @@ class Change:
     data: Mapping[str, Any] | None = None
     columns: tuple[str, ...] | None = None
     """PATCH: the columns the source carries (None = every column of ``data``)."""
+    watermark: Watermark | None = None
 
 
 @dataclass(frozen=True)
@@ -102,19 +117,29 @@ def _entry(state: Stored, change: Change, op: Literal["i", "u", "d"]) -> History
 
 def _write(state: Stored, change: Change, data: Mapping[str, Any]) -> tuple[Stored, Effect]:
     """Write ``data`` over ``state``: insert, update, or nothing when the data is the same."""
+    mark = change.watermark if change.watermark is not None else state.watermark
     if state.data is None:
-        return Stored(dict(data), state.version + 1, change.at, change.at), "inserted"
+        return Stored(dict(data), state.version + 1, change.at, change.at, mark), "inserted"
     if dict(state.data) == dict(data):
         return state, "unchanged"
-    return Stored(dict(data), state.version + 1, state.created, change.at), "updated"
+    return Stored(dict(data), state.version + 1, state.created, change.at, mark), "updated"
+
+
+def _stale(state: Stored, change: Change) -> bool:
+    if change.watermark is None or state.watermark is None:
+        return False
+    return watermark_key(change.watermark) < watermark_key(state.watermark)
 
 
 def apply_change(state: Stored, change: Change) -> tuple[Stored, Effect]:
     """The state after one change, and what the change did."""
+    if _stale(state, change):
+        return state, "stale"
     if change.kind is ChangeKind.DELETE:
         if state.data is None:
             return state, "skipped"
-        return Stored(None, state.version + 1, state.created, change.at), "deleted"
+        mark = change.watermark if change.watermark is not None else state.watermark
+        return Stored(None, state.version + 1, state.created, change.at, mark), "deleted"
     data = change.data or {}
     if change.kind is ChangeKind.UPSERT:
         return _write(state, change, data)
