@@ -3,7 +3,8 @@
 1. tx-0000 upserts dog1 "Scooby Doo" (the seed's pre-existing data).
 2. tx-0001 is the seed's UPSERT of dog1/dog2/dog3 from ``data/ingest1``.
 3. A malformed line is REJECTED (INVALID_JSON) and quarantined; tx-0000 sent again is DUPLICATE.
-All of it goes through the landing folder and one ``cdc run --once``.
+4. Then a DMS change file lands: dog2 updated, dog3 deleted, dog4 inserted.
+Each step is one ``cdc run --once`` over the landing folders.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ CONFIG = """\
 warehouse: ./warehouse
 checkpoints: ./checkpoints
 datasets: {petstore: ./petstore.yaml}
-landing: {transactions: ./landing/transactions}
+landing: {transactions: ./landing/transactions, dms: ./landing/dms}
 allowed_locations: [./data]
 """
 
@@ -64,6 +65,23 @@ def write_workspace(root: Path) -> Path:
     return root / "cdc.yaml"
 
 
+def drop_dms_file(root: Path) -> None:
+    """A DMS CDC file for petstore.Dog (columns in UPPER case, ``Op`` = I/U/D)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = root / "landing" / "dms" / "petstore" / "petstore" / "Dog"
+    folder.mkdir(parents=True, exist_ok=True)
+    changes = pa.table(
+        {
+            "ID": ["dog2", "dog3", "dog4"],
+            "NAME": ["Lassie Come Home", "Clifford", "Rex"],
+            "Op": ["U", "D", "I"],
+        }
+    )
+    pq.write_table(changes, folder / "20240101-000001.parquet")
+
+
 def run_demo(workspace: Path | None = None) -> None:
     from streaming.job import Job
     from streaming.session import build_session
@@ -75,31 +93,28 @@ def run_demo(workspace: Path | None = None) -> None:
     spark = build_session(cfg.spark)
     job = Job.create(spark, cfg)
     print(f"demo workspace: {root}")
-    job.run(once=True)
 
-    dogs = read_table(spark, job.layout.table("petstore", "petstore.Dog"))
-    print("\npetstore.Dog")
-    print(
-        format_table(
-            ["id", "version", "name"], dogs.orderBy("id").select("id", "version", "name").collect()
-        )
+    def show(title: str, path: str, columns: list[str], order: list[str]) -> None:
+        rows = read_table(spark, path).orderBy(*order).select(*columns).collect()
+        print(f"\n{title}\n{format_table(columns, rows)}")
+
+    job.run(once=True)
+    dogs = job.layout.object_table("petstore", "petstore.Dog")
+    show("petstore.Dog", dogs.current, ["id", "version", "name"], ["id"])
+
+    drop_dms_file(root)
+    job.run(once=True)
+    show("petstore.Dog after the DMS file", dogs.current, ["id", "version", "name"], ["id"])
+    show(
+        "petstore.Dog history",
+        dogs.history,
+        ["id", "version", "name", "__op", "__transaction_id"],
+        ["id", "version"],
     )
-    history = read_table(spark, job.layout.history("petstore", "petstore.Dog"))
-    print("\npetstore.Dog history")
-    print(
-        format_table(
-            ["id", "version", "name", "__op", "__transaction_id"],
-            history.orderBy("id", "version")
-            .select("id", "version", "name", "__op", "__transaction_id")
-            .collect(),
-        )
-    )
-    outcomes = read_table(spark, job.layout.outcomes).orderBy("batch_id", "source")
-    print("\noutcomes")
-    print(
-        format_table(
-            ["transaction_id", "status", "error_code", "source"],
-            outcomes.select("transaction_id", "status", "error_code", "source").collect(),
-        )
+    show(
+        "outcomes",
+        job.layout.outcomes,
+        ["transaction_id", "status", "error_code", "source"],
+        ["batch_id", "source"],
     )
     spark.stop()

@@ -49,13 +49,20 @@ def test_demo_prints_the_seed_tables_and_outcomes(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
-    table = out[out.index("petstore.Dog\n") : out.index("petstore.Dog history")]
+    table = out[out.index("petstore.Dog\n") : out.index("petstore.Dog after the DMS file")]
     rows = [
         [cell.strip() for cell in line.strip("|").split("|")]
         for line in table.splitlines()
         if line.startswith("| dog")
     ]
     assert rows == [["dog1", "2", "Scooby"], ["dog2", "1", "Lassie"], ["dog3", "1", "Clifford"]]
+    after = out[out.index("petstore.Dog after the DMS file") : out.index("petstore.Dog history")]
+    assert [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in after.splitlines()
+        if line.startswith("| dog")
+    ] == [["dog1", "2", "Scooby"], ["dog2", "2", "Lassie Come Home"], ["dog4", "1", "Rex"]]
     outcomes = out[out.index("outcomes") :]
+    assert "dms:petstore/petstore/Dog/20240101-000001.parquet" in outcomes
     assert "tx-0001" in outcomes and "COMMITTED" in outcomes
     assert "INVALID_JSON" in outcomes and "DUPLICATE" in outcomes
