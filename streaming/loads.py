@@ -7,11 +7,12 @@ records) for *every* load of the batch run as one Spark job in ``check_loads``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, StringType
+from pyspark.sql.types import ArrayType, LongType, MapType, StringType
 
 from streaming.apply import SEQ_SHIFT
 from streaming.catalog import SchemaDef
@@ -24,6 +25,7 @@ from streaming.requests import DataFormat
 CORRUPT = "_corrupt_record"
 ROW = "__row"
 DMS_OP = "Op"
+CHANGE_TYPE, VALUE, FLAGS = "$change_type", "$value:", "$flags:"
 _CHECK_COLUMNS = ["__seq", "id", "__bad_cols", "__corrupt"]
 
 
@@ -37,6 +39,15 @@ def _read(spark: SparkSession, load: Load) -> DataFrame:
         df = spark.read.parquet(load.location.path)
         order = Window.orderBy(F.col("_metadata.file_name"), F.col("_metadata.row_index"))
         return df.withColumn(ROW, F.row_number().over(order) - 1)
+    if load.format is DataFormat.EXTENDED:  # Parquet or JSON lines, whichever the files are
+        path = load.location.path
+        parquet = path.endswith(".parquet") or (
+            load.location.local
+            and os.path.isdir(path)
+            and any(name.endswith(".parquet") for name in os.listdir(path))
+        )
+        reader = spark.read.option("columnNameOfCorruptRecord", CORRUPT)
+        return reader.parquet(path) if parquet else reader.json(path)
     raise RejectedError(f"format {load.format} is not supported yet", code="UNSUPPORTED_FORMAT")
 
 
@@ -49,6 +60,8 @@ def _kind(load: Load, raw: DataFrame, schema: SchemaDef, sources: dict[str, str]
         op = next((c for c in raw.columns if c.lower() == DMS_OP.lower()), None)
         if op is not None:
             deleted = F.upper(F.col(f"`{op}`")) == F.lit("D")
+    if load.format is DataFormat.EXTENDED and CHANGE_TYPE in raw.columns:
+        deleted = F.col(f"`{CHANGE_TYPE}`").cast("long") == F.lit(1)
     tombstone = schema.tombstone
     if tombstone is not None and tombstone.column in sources:
         col = F.col(f"`{sources[tombstone.column]}`")
@@ -79,13 +92,16 @@ def load_changes(spark: SparkSession, load: Load) -> DataFrame:
         ) from e
     schema = load.schema
     props = schema.data_columns()
+    extended = load.format is DataFormat.EXTENDED
     sources = resolve_columns(
-        ["id", *props],
+        ["id"] if extended else ["id", *props],
         [c for c in raw.columns if c not in (CORRUPT, ROW)],
         load.column_format,
         dict(load.column_mapping),
         relaxed=load.location.local,
     )
+    if extended:
+        sources |= {p: f"{VALUE}{p}" for p in props if f"{VALUE}{p}" in raw.columns}
     if "id" not in sources:
         raise RejectedError(
             f"{load.location.path}: no id column for {schema.name}", code="MISSING_ID_COLUMN"
@@ -104,12 +120,25 @@ def load_changes(spark: SparkSession, load: Load) -> DataFrame:
     )
     corrupt = F.col(CORRUPT).isNotNull() if CORRUPT in raw.columns else F.lit(False)
     row = F.col(ROW) if ROW in raw.columns else F.lit(0)
+    flagged = [p for p in props if f"{FLAGS}{p}" in raw.columns] if extended else []
+    flags = (
+        F.create_map(
+            *[
+                part
+                for p in flagged
+                for part in (F.lit(p), F.coalesce(F.col(f"`{FLAGS}{p}`").cast("long"), F.lit(0)))
+            ]
+        )
+        if flagged
+        else F.lit(None)
+    )
     return raw.select(
         F.col(f"`{sources['id']}`").cast("string").alias("id"),
         (F.lit(load.ordinal << SEQ_SHIFT) + row).alias("__seq"),
         F.lit(load.transaction_id).alias("__tx"),
         _kind(load, raw, schema, sources).alias("__kind"),
         columns.cast(ArrayType(StringType())).alias("__cols"),
+        flags.cast(MapType(StringType(), LongType())).alias("__flags"),
         F.struct(*[values[p].alias(p) for p in props]).alias("data"),
         (F.array_compact(F.array(*bad)) if bad else F.array().cast("array<string>")).alias(
             "__bad_cols"

@@ -24,6 +24,7 @@ DEFAULT_COLUMN_FORMAT = {
     DataFormat.JSON: ColumnFormat.AS_SPECIFIED,
     DataFormat.PARQUET: ColumnFormat.AS_SPECIFIED,
     DataFormat.DMS: ColumnFormat.UPPER,
+    DataFormat.EXTENDED: ColumnFormat.AS_SPECIFIED,
 }
 
 _KIND = {

@@ -41,6 +41,8 @@ class DataFormat(StrEnum):
     JSON = "JSON"
     PARQUET = "PARQUET"
     DMS = "DMS"
+    EXTENDED = "EXTENDED"
+    """Seed 003: ``$change_type`` (0 write, 1 delete), ``$value:col`` and ``$flags:col``."""
 
 
 class ColumnFormatName(StrEnum):

@@ -76,6 +76,9 @@ class Change:
     columns: tuple[str, ...] | None = None
     """PATCH: the columns the source carries (None = every column of ``data``)."""
     watermark: Watermark | None = None
+    flags: Mapping[str, int] | None = None
+    """Extended format (seed 003) per column: bit 1 Missing = keep the stored value,
+    bit 2 Aggregate = add to the stored value; 0 or absent = overwrite."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,22 @@ def _write(state: Stored, change: Change, data: Mapping[str, Any]) -> tuple[Stor
     return Stored(dict(data), state.version + 1, state.created, change.at, mark), "updated"
 
 
+MISSING, AGGREGATE = 1, 2
+
+
+def _with_flags(state: Stored, data: Mapping[str, Any], flags: Mapping[str, int]) -> dict[str, Any]:
+    """The row an extended-format write produces over ``state`` (seed 003)."""
+    stored = state.data or {}
+    out = dict(data)
+    for column, flag in flags.items():
+        if flag & MISSING:
+            out[column] = stored.get(column)
+        elif flag & AGGREGATE:
+            old, add = stored.get(column), data.get(column)
+            out[column] = old if add is None else add if old is None else old + add
+    return out
+
+
 def _stale(state: Stored, change: Change) -> bool:
     if change.watermark is None or state.watermark is None:
         return False
@@ -141,6 +160,8 @@ def apply_change(state: Stored, change: Change) -> tuple[Stored, Effect]:
         mark = change.watermark if change.watermark is not None else state.watermark
         return Stored(None, state.version + 1, state.created, change.at, mark), "deleted"
     data = change.data or {}
+    if change.flags:
+        data = _with_flags(state, data, change.flags)
     if change.kind is ChangeKind.UPSERT:
         return _write(state, change, data)
     if change.kind is ChangeKind.INSERT_IGNORE:

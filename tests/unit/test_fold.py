@@ -78,3 +78,31 @@ def test_insert_ignore_leaves_existing_rows() -> None:
     stored = Stored({"name": "Scooby Doo"}, 1, T0, T0)
     out = fold(stored, [change(1, ChangeKind.INSERT_IGNORE, T1, name="Scooby")])
     assert out.final == stored and out.effects == [(1, "skipped")]
+
+
+def test_seed_003_delete_vasya() -> None:
+    stored = Stored({"age": 30, "balance": 10}, 1, T0, T0)
+    out = fold(stored, [Change(1, "tx", ChangeKind.DELETE, T1, {"age": None, "balance": None})])
+    assert not out.final.live and out.effects == [(1, "deleted")]
+
+
+def test_seed_003_balance_plus_100500_with_age_kept() -> None:
+    stored = Stored({"age": 30, "balance": 10}, 1, T0, T0)
+    write = Change(
+        1,
+        "tx",
+        ChangeKind.UPSERT,
+        T1,
+        {"age": None, "balance": 100500},
+        flags={"age": 1, "balance": 2},
+    )
+    out = fold(stored, [write])
+    assert out.final.data == {"age": 30, "balance": 100510}
+    assert out.final.version == 2
+
+
+def test_extended_flags_on_a_new_row_missing_is_null_and_aggregate_is_the_value() -> None:
+    write = Change(
+        1, "tx", ChangeKind.UPSERT, T1, {"age": 5, "balance": 7}, flags={"age": 1, "balance": 2}
+    )
+    assert fold(Stored(), [write]).final.data == {"age": None, "balance": 7}
