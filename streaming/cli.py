@@ -145,6 +145,29 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_maintain(args: argparse.Namespace) -> int:
+    from streaming.display import format_table
+    from streaming.job import load_datasets
+    from streaming.layout import Layout
+    from streaming.maintain import all_tables, maintain
+    from streaming.session import build_session
+
+    if not args.optimize and args.vacuum is None:
+        args.optimize = True
+    cfg = _config(args.config)
+    layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
+    spark = build_session(cfg.spark)
+    done = maintain(
+        spark,
+        list(all_tables(layout, load_datasets(cfg))),
+        optimize=args.optimize,
+        vacuum_hours=args.vacuum,
+    )
+    rows = [[m.path, m.files_before, m.files_after] for m in done]
+    print(format_table(["table", "files before", "files after"], rows))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cdc",
@@ -185,6 +208,14 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--history", action="store_true", help="the version history table")
     show.add_argument("--json", action="store_true", help="one JSON row per line")
     show.set_defaults(func=cmd_show)
+
+    maint = sub.add_parser("maintain", help="OPTIMIZE / VACUUM every table (default: OPTIMIZE)")
+    maint.add_argument("--config")
+    maint.add_argument("--optimize", action="store_true", help="compact small files")
+    maint.add_argument(
+        "--vacuum", type=float, metavar="HOURS", help="remove files unreferenced for HOURS"
+    )
+    maint.set_defaults(func=cmd_maintain)
     return parser
 
 

@@ -33,6 +33,8 @@ _BASE_CONF = {
 _LOCAL_CONF = {
     # Delta rebuilds table state with 50 partitions by default: far too many for 2 local cores.
     "spark.databricks.delta.snapshotPartitions": "2",
+    # VACUUM lists files with this many tasks (default 10000): seconds per table on 2 cores.
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
 }
