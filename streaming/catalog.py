@@ -37,7 +37,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from streaming.core.columns import ColumnFormat
 from streaming.errors import ConfigError
+
+COLUMN_FORMATS = {f.value for f in ColumnFormat}
 
 SchemaKind = Literal["object", "record", "view", "query", "external"]
 
@@ -203,6 +206,8 @@ def _check_references(dataset: Dataset) -> None:
                 raise ConfigError(f"{fqn}.properties.{prop}: not a valid column name")
         if schema.kind in ("view", "query") and not schema.sql:
             raise ConfigError(f"{fqn}.sql: required for a {schema.kind} schema")
+        if schema.column_format and schema.column_format.upper() not in COLUMN_FORMATS:
+            raise ConfigError(f"{fqn}.columnFormat: unknown column format {schema.column_format!r}")
         if schema.kind == "external" and not schema.location:
             raise ConfigError(f"{fqn}.location: required for an external schema")
 

@@ -91,6 +91,15 @@ def resolve_location(uri: str, *, base_dir: str, allowed: list[str]) -> Location
     )
 
 
+def _column_format(action: Action, schema: SchemaDef, fmt: DataFormat) -> ColumnFormat:
+    """The action's columnFormat, else the schema's, else the format's default (DMS: UPPER)."""
+    if action.column_format is not None:
+        return ColumnFormat(action.column_format.value)
+    if schema.column_format is not None:
+        return ColumnFormat(schema.column_format.upper())
+    return DEFAULT_COLUMN_FORMAT[fmt]
+
+
 def _targets(action: Action, dataset: Dataset) -> list[SchemaDef]:
     if action.target is None:
         return dataset.object_schemas()
@@ -165,12 +174,8 @@ def plan_transaction(
                     schema=schema,
                     location=loc,
                     format=fmt,
-                    column_format=ColumnFormat(
-                        action.column_format.value
-                        if action.column_format
-                        else DEFAULT_COLUMN_FORMAT[fmt].value
-                    ),
-                    column_mapping=dict(action.column_mapping),
+                    column_format=_column_format(action, schema, fmt),
+                    column_mapping={**schema.column_mapping, **action.column_mapping},
                 )
             )
     return PlannedTransaction(request, loads)

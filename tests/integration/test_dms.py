@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from streaming.maintain import all_tables
 from streaming.outcomes import Outcome, Status
 from streaming.tables import read_table
 from tests.support import Workspace
@@ -228,3 +229,24 @@ def test_composite_watermark_and_tombstone_key(spark: SparkSession, ws: Workspac
     job = ws.run_once(spark, config(ws))
     shipments = job.layout.table("sales", "sales.Shipment")
     assert current(shipments, "id", "version", "state", "day", "seq") == [("s1", 2, "sent", 2, 0)]
+    # every table the job wrote is valid Delta for an independent reader
+    for path in all_tables(job.layout, job.datasets):
+        deltalake.DeltaTable(path).to_pyarrow_table()
+
+
+def test_schema_column_format_and_mapping_apply_to_dms_files(
+    spark: SparkSession, ws: Workspace
+) -> None:
+    ws.dataset(
+        "sales",
+        "sales.Item:\n  properties:\n    unitPrice: {type: integer}\n    label: {type: string}\n"
+        "  columnFormat: LOWER_SNAKE\n  columnMapping: {label: ITEM_TEXT}\n",
+    )
+    zone = Zone(ws)
+    types = {"id": pa.string(), "unit_price": pa.int64(), "ITEM_TEXT": pa.string()}
+    zone.drop(
+        "sales.Item", "1.parquet", [{"id": "i1", "unit_price": 7, "ITEM_TEXT": "bolt"}], types
+    )
+    job = ws.run_once(spark, config(ws))
+    items = job.layout.table("sales", "sales.Item")
+    assert current(items, "id", "unitPrice", "label") == [("i1", 7, "bolt")]
