@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from urllib.parse import urlparse
 
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BinaryType,
@@ -72,47 +72,37 @@ def kafka_requests(spark: SparkSession, cfg: KafkaConfig) -> DataFrame:
     )
 
 
-def landing_requests(spark: SparkSession, cfg: LandingConfig, folder: str) -> DataFrame:
-    """Request files (JSON lines) dropped into the landing folder, each file read whole."""
+def _files(
+    spark: SparkSession, cfg: LandingConfig, folder: str, glob: str, kind: str, payload: Column
+) -> DataFrame:
+    """New files under ``folder`` matching ``glob``, as raw records of ``kind``."""
     reader = (
         spark.readStream.format("binaryFile")
         .schema(BINARY_FILE_SCHEMA)
         .option("recursiveFileLookup", "true")
-    )
-    if cfg.max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", cfg.max_files_per_trigger)
-    return (
-        reader.option("pathGlobFilter", "*.json*")
-        .load(folder)
-        .select(
-            F.lit("landing").alias("kind"),
-            F.col("path").alias("name"),
-            F.lit(0).alias("partition"),
-            F.lit(0).cast("long").alias("offset"),
-            F.col("modificationTime").alias("mtime"),
-            F.col("content").alias("payload"),
-        )
-    )
-
-
-def dms_files(spark: SparkSession, cfg: LandingConfig, folder: str) -> DataFrame:
-    """DMS Parquet change files dropped into the landing zone (listed only; read when applied)."""
-    reader = (
-        spark.readStream.format("binaryFile")
-        .schema(BINARY_FILE_SCHEMA)
-        .option("recursiveFileLookup", "true")
-        .option("pathGlobFilter", "*.parquet")
+        .option("pathGlobFilter", glob)
     )
     if cfg.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", cfg.max_files_per_trigger)
     return reader.load(folder).select(
-        F.lit("dms").alias("kind"),
+        F.lit(kind).alias("kind"),
         F.col("path").alias("name"),
         F.lit(0).alias("partition"),
         F.lit(0).cast("long").alias("offset"),
         F.col("modificationTime").alias("mtime"),
-        F.lit(b"").cast("binary").alias("payload"),
+        payload.alias("payload"),
     )
+
+
+def landing_requests(spark: SparkSession, cfg: LandingConfig, folder: str) -> DataFrame:
+    """Request files (JSON lines) dropped into the landing folder, each file read whole."""
+    return _files(spark, cfg, folder, "*.json*", "landing", F.col("content"))
+
+
+def dms_files(spark: SparkSession, cfg: LandingConfig, folder: str) -> DataFrame:
+    """DMS Parquet change files dropped into the landing zone (listed only; read when applied:
+    Spark does not read the content of a binary file whose ``content`` is not selected)."""
+    return _files(spark, cfg, folder, "*.parquet", "dms", F.lit(b"").cast("binary"))
 
 
 def dms_request(path: str, zone: str) -> bytes:

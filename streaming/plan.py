@@ -94,7 +94,7 @@ def resolve_location(uri: str, *, base_dir: str, allowed: list[str]) -> Location
 def _column_format(action: Action, schema: SchemaDef, fmt: DataFormat) -> ColumnFormat:
     """The action's columnFormat, else the schema's, else the format's default (DMS: UPPER)."""
     if action.column_format is not None:
-        return ColumnFormat(action.column_format.value)
+        return action.column_format
     if schema.column_format is not None:
         return ColumnFormat(schema.column_format.upper())
     return DEFAULT_COLUMN_FORMAT[fmt]

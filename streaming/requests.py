@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from streaming.core.columns import ColumnFormat
 from streaming.errors import RejectedError
 
 MAX_REQUEST_BYTES = 1_000_000
@@ -45,16 +46,6 @@ class DataFormat(StrEnum):
     """Seed 003: ``$change_type`` (0 write, 1 delete), ``$value:col`` and ``$flags:col``."""
 
 
-class ColumnFormatName(StrEnum):
-    AS_SPECIFIED = "AS_SPECIFIED"
-    UPPER = "UPPER"
-    LOWER = "LOWER"
-    UPPER_SNAKE = "UPPER_SNAKE"
-    LOWER_SNAKE = "LOWER_SNAKE"
-    UPPER_CAMEL = "UPPER_CAMEL"
-    LOWER_CAMEL = "LOWER_CAMEL"
-
-
 class Action(BaseModel):
     """One action of a transaction (seed 000). Which fields apply depends on ``operation``."""
 
@@ -67,7 +58,7 @@ class Action(BaseModel):
     target: str | None = None
     query: str | None = None
     arguments: dict[str, Any] = Field(default_factory=dict)
-    column_format: ColumnFormatName | None = Field(None, alias="columnFormat")
+    column_format: ColumnFormat | None = Field(None, alias="columnFormat")
     column_mapping: dict[str, str] = Field(default_factory=dict, alias="columnMapping")
     source_dataset_id: str | None = Field(None, alias="sourceDatasetId")
 
