@@ -281,9 +281,8 @@ class Sink:
         by_status: dict[str, int] = defaultdict(int)
         for o in outcomes:
             by_status[o.status.value] += 1
-        rows = sum(
-            n for r in results.values() for (_, e), n in r.counts.items() if e != "unchanged"
-        )
+        written = ("inserted", "updated", "deleted")
+        rows = sum(n for r in results.values() for (_, e), n in r.counts.items() if e in written)
         entry: dict[str, object] = {
             "batchId": batch_id,
             "transactions": len(outcomes),
