@@ -96,7 +96,7 @@ def _column_format(action: Action, schema: SchemaDef, fmt: DataFormat) -> Column
     if action.column_format is not None:
         return action.column_format
     if schema.column_format is not None:
-        return ColumnFormat(schema.column_format.upper())
+        return schema.column_format
     return DEFAULT_COLUMN_FORMAT[fmt]
 
 

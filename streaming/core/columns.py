@@ -4,19 +4,22 @@ which schema property. Pure: no Spark."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 
 from streaming.errors import RejectedError
 
 
 class ColumnFormat(StrEnum):
-    AS_SPECIFIED = "AS_SPECIFIED"
-    UPPER = "UPPER"
-    LOWER = "LOWER"
-    UPPER_SNAKE = "UPPER_SNAKE"
-    LOWER_SNAKE = "LOWER_SNAKE"
-    UPPER_CAMEL = "UPPER_CAMEL"
-    LOWER_CAMEL = "LOWER_CAMEL"
+    """How a data file spells the schema's property ``myField``."""
+
+    AS_SPECIFIED = "AS_SPECIFIED"  # myField
+    UPPER = "UPPER"  # MYFIELD
+    LOWER = "LOWER"  # myfield
+    UPPER_SNAKE = "UPPER_SNAKE"  # MY_FIELD
+    LOWER_SNAKE = "LOWER_SNAKE"  # my_field
+    UPPER_CAMEL = "UPPER_CAMEL"  # MyField
+    LOWER_CAMEL = "LOWER_CAMEL"  # myField
 
 
 def _words(name: str) -> list[str]:
@@ -46,37 +49,38 @@ def source_name(prop: str, fmt: ColumnFormat) -> str:
 
 
 def _loose(name: str) -> str:
+    """The spelling every case and snake/camel variant of a name shares."""
     return name.replace("_", "").lower()
 
 
+def _loose_match(prop: str, wanted: str, available: Sequence[str]) -> str | None:
+    matches = [c for c in available if _loose(c) == _loose(wanted)]
+    if len(matches) > 1:
+        raise RejectedError(
+            f"columns {matches} all match property {prop!r}", code="AMBIGUOUS_COLUMN"
+        )
+    return matches[0] if matches else None
+
+
 def resolve_columns(
-    properties: list[str],
-    available: list[str],
+    properties: Sequence[str],
+    available: Sequence[str],
     fmt: ColumnFormat,
-    mapping: dict[str, str] | None = None,
+    mapping: Mapping[str, str] | None = None,
     *,
     relaxed: bool = False,
 ) -> dict[str, str]:
-    """property → the available column feeding it. ``mapping`` wins, then ``fmt``; ``relaxed``
-    (local files) accepts any case/underscore variant that matches exactly one column.
+    """property → the available column feeding it: the ``mapping``'s column if given, else the
+    ``fmt`` spelling. ``relaxed`` (local files) also accepts the one column equal to it ignoring
+    case and underscores; several such columns are ambiguous (AMBIGUOUS_COLUMN).
     Properties without a column are absent from the result."""
     resolved: dict[str, str] = {}
     present = set(available)
     for prop in properties:
-        wanted = (mapping or {}).get(prop)
-        if wanted is not None:
-            if wanted in present:
-                resolved[prop] = wanted
-            continue
-        exact = source_name(prop, fmt)
-        if exact in present:
-            resolved[prop] = exact
-        elif relaxed:
-            matches = [c for c in available if _loose(c) == _loose(prop)]
-            if len(matches) > 1:
-                raise RejectedError(
-                    f"columns {matches} all match property {prop!r}", code="AMBIGUOUS_COLUMN"
-                )
-            if matches:
-                resolved[prop] = matches[0]
+        wanted = (mapping or {}).get(prop) or source_name(prop, fmt)
+        column = wanted if wanted in present else None
+        if column is None and relaxed:
+            column = _loose_match(prop, wanted, available)
+        if column is not None:
+            resolved[prop] = column
     return resolved
