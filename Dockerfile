@@ -12,5 +12,7 @@ COPY streaming ./streaming
 COPY connectors ./connectors
 COPY cdc.docker.yaml ./
 RUN pip install --no-cache-dir .
-ENV CDC_SPARK__JARS_DIR=/app/jars/spark
-CMD ["cdc", "run"]
+# CDC_CONFIG also serves `docker compose exec cdc cdc publish|results|show …`.
+ENV CDC_SPARK__JARS_DIR=/app/jars/spark \
+    CDC_CONFIG=/app/cdc.docker.yaml
+CMD ["cdc", "run", "--config", "/app/cdc.docker.yaml"]

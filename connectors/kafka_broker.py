@@ -1,4 +1,4 @@
-"""A real single-node Apache Kafka broker (KRaft: broker + controller in one JVM) on 127.0.0.1.
+"""A real single-node Apache Kafka broker (KRaft: broker + controller in one JVM).
 
 For tests, the demo and ``make kafka-start``. The broker's jars come from Maven (``make jars`` →
 ``jars/kafka``); Java 17 must be on PATH. No fake broker anywhere: what the job talks to in the
@@ -6,6 +6,9 @@ tests is the same Kafka that runs in production.
 
     python -m connectors.kafka_broker start --dir .kafka [--port 9092]
     python -m connectors.kafka_broker stop --dir .kafka
+
+Everything lives in the work folder: ``server.properties``, ``log4j2.yaml``, ``data/`` (the log
+dir, formatted once), ``broker.log`` (log4j), ``broker.out`` (JVM stdout/stderr), ``broker.pid``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import base64
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,6 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -33,6 +38,7 @@ log = logging.getLogger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_JARS_DIR = PROJECT_ROOT / "jars" / "kafka"
 HOST = "127.0.0.1"
+MAIN_CLASS = "kafka.Kafka"
 
 LOG4J2 = """\
 Configuration:
@@ -50,28 +56,44 @@ Configuration:
 """
 
 
-def free_port() -> int:
+class BrokerError(RuntimeError):
+    """The broker could not be started (the message carries the tail of its log)."""
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
-def _port_open(port: int) -> bool:
+def _port_open(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
-        return s.connect_ex((HOST, port)) == 0
+        return s.connect_ex((host, port)) == 0
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """What ``kafka-storage.sh random-uuid`` prints: a UUID in URL-safe base64, no padding, and
+    (like Kafka's ``Uuid.randomUuid``) never starting with ``-``, which the tool would read as an
+    option."""
+    while True:
+        value = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not value.startswith("-"):
+            return value
 
 
-class BrokerError(RuntimeError):
-    pass
+def _read_properties(path: Path) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.lstrip().startswith("#"):
+            props[key.strip()] = value.strip()
+    return props
 
 
 class LocalKafkaBroker:
-    """One KRaft broker whose data and logs live in ``workdir``."""
+    """One KRaft broker (child JVM) whose config, data, logs and pid file live in ``workdir``."""
 
     def __init__(
         self,
@@ -80,16 +102,26 @@ class LocalKafkaBroker:
         port: int | None = None,
         controller_port: int | None = None,
         jars_dir: Path | None = None,
+        host: str = HOST,
     ) -> None:
         self.workdir = Path(workdir).resolve()
-        self.port = port or free_port()
-        self.controller_port = controller_port or free_port()
-        self.jars_dir = jars_dir or DEFAULT_JARS_DIR
+        self.host = host
+        self.port = port or free_port(host)
+        self.controller_port = controller_port or free_port(host)
+        self.jars_dir = Path(jars_dir or DEFAULT_JARS_DIR).resolve()
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
-        return f"{HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
+
+    @property
+    def config_file(self) -> Path:
+        return self.workdir / "server.properties"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.workdir / "data"
 
     @property
     def pid_file(self) -> Path:
@@ -99,46 +131,75 @@ class LocalKafkaBroker:
     def log_file(self) -> Path:
         return self.workdir / "broker.log"
 
+    @property
+    def out_file(self) -> Path:
+        return self.workdir / "broker.out"
+
+    @property
+    def pid(self) -> int | None:
+        """The broker's pid while it runs (from this object or the pid file)."""
+        pid = self._pid()
+        return pid if pid is not None and self._alive(pid) else None
+
     # -- lifecycle -----------------------------------------------------------------------
-    def start(self, timeout: float = 90.0, *, detach: bool = False) -> None:
-        """Format storage if new, start the broker and wait until it answers."""
-        if not any(self.jars_dir.glob("kafka_*.jar")):
-            raise BrokerError(f"no Kafka broker jars in {self.jars_dir}: run `make jars`")
+    def start(self, timeout: float = 60.0, *, detach: bool = False) -> None:
+        """Format the storage if new, launch the broker and wait until it answers.
+
+        ``detach`` puts the JVM in its own session so that it outlives this process.
+        """
+        self._check_prerequisites()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        config = self._write_config()
-        if not (self.workdir / "data" / "meta.properties").exists():
-            self._java("kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config))
-        with open(self.workdir / "broker.out", "ab") as out:
+        self._write_config()
+        if (self.data_dir / "meta.properties").exists():
+            log.info("Kafka storage in %s already formatted", self.data_dir)
+        else:
+            self._run_tool(
+                "kafka.tools.StorageTool",
+                "format",
+                f"--cluster-id={_cluster_id()}",
+                f"--config={self.config_file}",
+            )
+        started = time.monotonic()
+        with open(self.out_file, "ab") as out:
             self._process = subprocess.Popen(
-                self._java_command("kafka.Kafka", str(config)),
+                self._java_command(MAIN_CLASS, str(self.config_file)),
+                stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=detach,
             )
-        self.pid_file.write_text(str(self._process.pid))
-        self._wait_ready(timeout)
-        log.info("Kafka broker ready on %s (pid %s)", self.bootstrap, self._process.pid)
+        self.pid_file.write_text(f"{self._process.pid}\n")
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        log.info(
+            "Kafka broker ready on %s in %.1fs (pid %s, log %s)",
+            self.bootstrap,
+            time.monotonic() - started,
+            self._process.pid,
+            self.log_file,
+        )
 
     def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM, then SIGKILL after ``timeout``; safe to call twice."""
+        """SIGTERM, then SIGKILL after ``timeout``; does nothing when no broker runs."""
         pid = self._pid()
-        if pid is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while self._alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if self._alive(pid):
-            os.kill(pid, signal.SIGKILL)
-            while self._alive(pid):
-                time.sleep(0.1)
+        if pid is not None and self._alive(pid):
+            log.info("stopping the Kafka broker (pid %s)", pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            if not self._wait_gone(pid, timeout):
+                log.warning("the Kafka broker did not stop within %ss: SIGKILL", timeout)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                if not self._wait_gone(pid, 10.0):
+                    raise BrokerError(f"the Kafka broker (pid {pid}) survived SIGKILL")
         self.pid_file.unlink(missing_ok=True)
         self._process = None
 
     def is_running(self) -> bool:
-        pid = self._pid()
-        return pid is not None and self._alive(pid)
+        return self.pid is not None
 
     def __enter__(self) -> LocalKafkaBroker:
         self.start()
@@ -150,25 +211,47 @@ class LocalKafkaBroker:
         self.stop()
 
     def create_topics(self, names: Iterable[str], partitions: int = 1) -> None:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        futures = admin.create_topics(
-            [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names]
-        )
-        for future in futures.values():
-            future.result(30)
+        """Create topics (replication factor 1); topics that already exist are left alone."""
+        topics = [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names]
+        if not topics:
+            return
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})  # keep it alive: the futures
+        futures = admin.create_topics(topics, operation_timeout=30)  # die with the client
+        for name, future in futures.items():
+            try:
+                future.result(30)
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+                log.debug("topic %s already exists", name)
 
     # -- internals -----------------------------------------------------------------------
-    def _write_config(self) -> Path:
+    def _check_prerequisites(self) -> None:
+        if not any(self.jars_dir.glob("kafka_*.jar")):
+            raise BrokerError(f"no Kafka broker jars in {self.jars_dir}: run `make jars`")
+        if shutil.which("java") is None:
+            raise BrokerError("`java` is not on PATH (the Kafka broker needs Java 17+)")
+        running = self.pid
+        if running is not None:
+            raise BrokerError(f"a Kafka broker already runs in {self.workdir} (pid {running})")
+        for port in (self.port, self.controller_port):
+            if _port_open(self.host, port):
+                raise BrokerError(f"port {self.host}:{port} is already in use")
+
+    def _write_config(self) -> None:
+        host, port, controller = self.host, self.port, self.controller_port
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
-            "controller.quorum.voters": f"1@{HOST}:{self.controller_port}",
-            "listeners": f"PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port}",
+            # A static quorum: formatting needs no --standalone/--initial-controllers and the
+            # controller port may change between restarts of the same data dir.
+            "controller.quorum.voters": f"1@{host}:{controller}",
+            "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller}",
+            "advertised.listeners": f"PLAINTEXT://{host}:{port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "log.dirs": str(self.workdir / "data"),
+            "log.dirs": str(self.data_dir),
             "num.partitions": "1",
             "auto.create.topics.enable": "true",
             "offsets.topic.replication.factor": "1",
@@ -179,16 +262,17 @@ class LocalKafkaBroker:
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
         }
-        path = self.workdir / "server.properties"
-        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        self.config_file.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (self.workdir / "log4j2.yaml").write_text(LOG4J2.format(log=self.log_file))
-        return path
 
     def _java_command(self, main: str, *args: str) -> list[str]:
         return [
             "java",
+            "-Xms128m",
             "-Xmx512m",
             "-XX:+UseG1GC",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.yaml'}",
             "-cp",
             f"{self.jars_dir}/*",
@@ -196,34 +280,45 @@ class LocalKafkaBroker:
             *args,
         ]
 
-    def _java(self, main: str, *args: str) -> None:
-        done = subprocess.run(self._java_command(main, *args), capture_output=True, text=True)
+    def _run_tool(self, main: str, *args: str) -> None:
+        command = self._java_command(main, *args)
+        log.info("running %s", " ".join(command))
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
-            raise BrokerError(f"{main} {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+            raise BrokerError(
+                f"{main} {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+            )
 
     def _wait_ready(self, timeout: float) -> None:
+        assert self._process is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._process is not None and self._process.poll() is not None:
-                raise BrokerError(
-                    f"the broker exited ({self._process.returncode}):\n{self._tail()}"
-                )
-            if _port_open(self.port):
-                try:
-                    AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=5)
-                    return
-                except Exception:  # not ready yet: keep waiting
-                    pass
-            time.sleep(0.5)
-        self.stop()
-        raise BrokerError(f"the broker did not answer within {timeout}s:\n{self._tail()}")
+            code = self._process.poll()
+            if code is not None:
+                raise BrokerError(f"the Kafka broker exited ({code}):\n{self._tail()}")
+            if _port_open(self.host, self.port):
+                admin = AdminClient({"bootstrap.servers": self.bootstrap})
+                with contextlib.suppress(KafkaException):
+                    if admin.list_topics(timeout=5).brokers:
+                        return
+            time.sleep(0.25)
+        raise BrokerError(f"the Kafka broker did not answer within {timeout}s:\n{self._tail()}")
+
+    def _wait_gone(self, pid: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self._alive(pid):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
 
     def _tail(self, lines: int = 40) -> str:
         text = ""
-        for file in (self.workdir / "broker.out", self.log_file):
+        for file in (self.out_file, self.log_file):
             if file.exists():
-                text += "\n".join(file.read_text(errors="replace").splitlines()[-lines:]) + "\n"
-        return text
+                tail = file.read_text(errors="replace").splitlines()[-lines:]
+                text += f"--- {file} ---\n" + "\n".join(tail) + "\n"
+        return text or "(no broker log)"
 
     def _pid(self) -> int | None:
         if self._process is not None:
@@ -234,36 +329,80 @@ class LocalKafkaBroker:
             return None
 
     def _alive(self, pid: int) -> bool:
+        """Whether ``pid`` is this work folder's broker (a stale pid file never matches)."""
         if self._process is not None and self._process.pid == pid:
             return self._process.poll() is None
+        with contextlib.suppress(ChildProcessError):  # our child, started by another object
+            if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                return False
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return False
-        return True
+        except PermissionError:  # someone else's process
+            return False
+        cmdline = Path(f"/proc/{pid}/cmdline")
+        if not Path("/proc/self").exists():  # no procfs (macOS): trust the pid file
+            return True
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return MAIN_CLASS.encode() in args and str(self.config_file).encode() in args
+
+
+def _running_bootstrap(workdir: Path) -> str | None:
+    """The advertised address written by the broker that runs in ``workdir``."""
+    try:
+        advertised = _read_properties(workdir / "server.properties")["advertised.listeners"]
+    except (FileNotFoundError, KeyError):
+        return None
+    return advertised.partition("://")[2].split(",")[0] or None
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m connectors.kafka_broker")
+    parser = argparse.ArgumentParser(
+        prog="python -m connectors.kafka_broker",
+        description="Start or stop a local single-node Kafka broker (KRaft).",
+    )
     parser.add_argument("action", choices=["start", "stop"])
-    parser.add_argument("--dir", default=".kafka", help="data, logs and pid file")
-    parser.add_argument("--port", type=int, default=9092)
-    parser.add_argument("--controller-port", type=int, default=9093)
+    parser.add_argument("--dir", default=".kafka", help="config, data, logs and pid file")
+    parser.add_argument("--port", type=int, default=9092, help="client port (default 9092)")
+    parser.add_argument(
+        "--controller-port", type=int, default=None, help="KRaft controller port (default: free)"
+    )
+    parser.add_argument("--jars-dir", type=Path, default=None, help="default: jars/kafka")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for it")
     args = parser.parse_args(argv)
-    broker = LocalKafkaBroker(Path(args.dir), port=args.port, controller_port=args.controller_port)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    workdir = Path(args.dir)
+    broker = LocalKafkaBroker(
+        workdir,
+        port=args.port,
+        controller_port=args.controller_port,
+        jars_dir=args.jars_dir,
+    )
     if args.action == "stop":
-        broker.stop()
-        print(f"Kafka broker in {args.dir} stopped")
+        pid = broker.pid
+        try:
+            broker.stop(timeout=args.timeout)
+        except BrokerError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        message = f"stopped (pid {pid})" if pid else "was not running"
+        print(f"Kafka broker in {workdir}: {message}", file=sys.stderr)
         return 0
     if broker.is_running():
-        print(f"Kafka broker already running on {broker.bootstrap}")
+        print(f"Kafka broker already running (pid {broker.pid})", file=sys.stderr)
+        print(_running_bootstrap(broker.workdir) or broker.bootstrap)
         return 0
     try:
-        broker.start(detach=True)
+        broker.start(timeout=args.timeout, detach=True)
     except BrokerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"Kafka broker running on {broker.bootstrap} (logs: {broker.log_file})")
+    print(f"Kafka broker running (pid {broker.pid}, log {broker.log_file})", file=sys.stderr)
+    print(broker.bootstrap)
     return 0
 
 

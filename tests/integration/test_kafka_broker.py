@@ -1,82 +1,166 @@
-"""The local Kafka broker the tests and ``make kafka-start`` use is a real one."""
+"""The local Kafka broker is a real one: KRaft broker + controller in a child JVM (no mocks)."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from connectors.kafka_broker import LocalKafkaBroker, free_port
+from connectors.kafka_broker import BrokerError, LocalKafkaBroker, free_port
 
-pytestmark = pytest.mark.kafka
 ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "connectors.kafka_broker"]
+MESSAGES = [b"first", b"second", b"third"]
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     for value in values:
         producer.produce(topic, value=value)
     assert producer.flush(30) == 0
 
 
-def consume(bootstrap: str, topic: str, count: int) -> list[bytes]:
+def consume(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> list[bytes]:
+    """Up to ``count`` values of partition 0 from offset 0 (no group offsets involved)."""
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False}
+        {"bootstrap.servers": bootstrap, "group.id": "test", "enable.auto.commit": False}
     )
     consumer.assign([TopicPartition(topic, 0, 0)])
     got: list[bytes] = []
-    for _ in range(60):
-        msg = consumer.poll(1.0)
-        if msg is not None and msg.error() is None and msg.value() is not None:
-            got.append(msg.value())
-        if len(got) == count:
-            break
-    consumer.close()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            value = msg.value()
+            assert value is not None
+            got.append(value)
+    finally:
+        consumer.close()
     return got
 
 
-def port_closed(port: int) -> bool:
+def port_open(port: int) -> bool:
     with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_broker_round_trips_messages_and_keeps_them_across_a_restart(tmp_path: Path) -> None:
-    broker = LocalKafkaBroker(tmp_path / "kafka")
+def cluster_id(workdir: Path) -> str:
+    for line in (workdir / "data" / "meta.properties").read_text().splitlines():
+        if line.startswith("cluster.id="):
+            return line.partition("=")[2]
+    raise AssertionError("no cluster.id in meta.properties")
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A live process that is not a Kafka broker."""
+    process = subprocess.Popen(["sleep", "60"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+@pytest.mark.kafka
+def test_messages_round_trip_and_survive_a_restart_on_new_ports(tmp_path: Path) -> None:
+    workdir = tmp_path / "kafka"
+    broker = LocalKafkaBroker(workdir)
     with broker:
-        broker.create_topics(["t1"])
-        produce(broker.bootstrap, "t1", [b"a", b"b", b"c"])
-        assert consume(broker.bootstrap, "t1", 3) == [b"a", b"b", b"c"]
-    assert not broker.is_running() and port_closed(broker.port)
-    with LocalKafkaBroker(
-        tmp_path / "kafka", port=broker.port, controller_port=broker.controller_port
-    ) as again:
-        assert consume(again.bootstrap, "t1", 3) == [b"a", b"b", b"c"]
+        assert broker.is_running()
+        assert broker.bootstrap == f"127.0.0.1:{broker.port}"
+        assert (workdir / "broker.pid").read_text().strip() == str(broker.pid)
+        broker.create_topics(["events"])
+        broker.create_topics(["events"])  # already there: no error
+        produce(broker.bootstrap, "events", MESSAGES)
+        assert consume(broker.bootstrap, "events", 3) == MESSAGES
+        formatted_as = cluster_id(workdir)
+        # a second broker on the same folder is refused before any JVM starts
+        with pytest.raises(BrokerError, match="already runs"):
+            LocalKafkaBroker(workdir).start()
+    assert not broker.is_running()
+    assert not port_open(broker.port) and not port_open(broker.controller_port)
+    assert not (workdir / "broker.pid").exists()
+    broker.stop()  # idempotent
+
+    again = LocalKafkaBroker(workdir)  # the same data dir on other free ports
+    assert again.port != broker.port
+    with again:
+        assert cluster_id(workdir) == formatted_as  # not reformatted
+        assert consume(again.bootstrap, "events", 3) == MESSAGES
+    assert not port_open(again.port)
+    log = (workdir / "broker.log").read_text()
+    assert "Kafka Server started" in log  # log4j writes to the file, not the console
 
 
-def test_module_cli_starts_a_detached_broker_and_stops_it(tmp_path: Path) -> None:
-    port, controller = free_port(), free_port()
-    folder = str(tmp_path / "k")
-    cli = [sys.executable, "-m", "connectors.kafka_broker"]
-    start = [
-        *cli,
-        "start",
-        "--dir",
-        folder,
-        "--port",
-        str(port),
-        "--controller-port",
-        str(controller),
-    ]
-    done = subprocess.run(start, capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert f"127.0.0.1:{port}" in done.stdout
+def test_start_refuses_a_port_in_use(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        broker = LocalKafkaBroker(tmp_path / "k", port=port)
+        with pytest.raises(BrokerError, match=f"127.0.0.1:{port} is already in use"):
+            broker.start()
+    assert not broker.is_running()
+
+
+def test_missing_jars_say_how_to_get_them(tmp_path: Path) -> None:
+    with pytest.raises(BrokerError, match="run `make jars`"):
+        LocalKafkaBroker(tmp_path / "k", jars_dir=tmp_path / "no-jars").start()
+    done = subprocess.run(
+        [*CLI, "start", "--dir", str(tmp_path / "k"), "--jars-dir", str(tmp_path / "no-jars")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "run `make jars`" in done.stderr and done.stdout == ""
+
+
+def test_a_stale_pid_file_never_signals_another_process(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    workdir = tmp_path / "k"
+    workdir.mkdir()
+    (workdir / "broker.pid").write_text(f"{sleeper.pid}\n")
+    broker = LocalKafkaBroker(workdir)
+    assert not broker.is_running() and broker.pid is None
+    broker.stop()
+    assert sleeper.poll() is None  # still alive: not ours to kill
+    assert not (workdir / "broker.pid").exists()
+
+
+@pytest.mark.kafka
+def test_cli_starts_a_detached_broker_that_a_later_stop_ends(tmp_path: Path) -> None:
+    workdir = tmp_path / "cli"
+    port = free_port()
+    start = [*CLI, "start", "--dir", str(workdir), "--port", str(port)]
+    stop = [*CLI, "stop", "--dir", str(workdir)]
+    done = subprocess.run(start, capture_output=True, text=True, cwd=ROOT, timeout=90)
     try:
-        produce(f"127.0.0.1:{port}", "t2", [b"x"])  # the broker outlived the CLI process
-        assert consume(f"127.0.0.1:{port}", "t2", 1) == [b"x"]
+        assert done.returncode == 0, done.stderr
+        bootstrap = done.stdout.strip()
+        assert bootstrap == f"127.0.0.1:{port}"
+        # the CLI process has exited; the broker it started still serves
+        produce(bootstrap, "cli-topic", [b"x"])
+        assert consume(bootstrap, "cli-topic", 1) == [b"x"]
+        # starting again reports the running broker's address, whatever --port says
+        other = [*CLI, "start", "--dir", str(workdir), "--port", str(free_port())]
+        again = subprocess.run(other, capture_output=True, text=True, cwd=ROOT, timeout=60)
+        assert again.returncode == 0 and again.stdout.strip() == bootstrap
     finally:
-        stop = subprocess.run([*cli, "stop", "--dir", folder], cwd=ROOT, timeout=60)
-    assert stop.returncode == 0 and port_closed(port)
+        stopped = subprocess.run(stop, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "stopped (pid" in stopped.stderr
+    assert not port_open(port)
+    assert not (workdir / "broker.pid").exists()
+    twice = subprocess.run(stop, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert twice.returncode == 0 and "was not running" in twice.stderr
