@@ -53,6 +53,7 @@ from pyspark.sql.types import (
 )
 
 from streaming.core.columns import ColumnFormat
+from streaming.core.expressions import query_problems
 from streaming.errors import ConfigError
 
 SchemaKind = Literal["object", "record", "view", "query", "external"]
@@ -401,7 +402,13 @@ def parse_dataset(name: str, mapping: object) -> Dataset:
         schema = _parse_schema(fqn, body, problems)
         if schema is not None:
             schemas[schema.name] = schema
-            for check in (_kind_problems, _property_problems, _key_column_problems, _sql_problems):
+            for check in (
+                _kind_problems,
+                _property_problems,
+                _key_column_problems,
+                _sql_problems,
+                query_problems,
+            ):
                 problems.extend(check(schema))
     problems.extend(_reference_problems(schemas, {str(k) for k in mapping}))
     if problems:
