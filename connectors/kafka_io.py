@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -13,6 +13,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from connectors.avro import AvroCodec, codec_for
 from streaming.config import KafkaConfig
 from streaming.outcomes import Outcome
 
@@ -54,20 +55,42 @@ def produce(
     return count
 
 
-def publish_outcomes(cfg: KafkaConfig, outcomes: Sequence[Outcome]) -> None:
+def encode_outcome(outcome: Outcome, codec: AvroCodec | None) -> bytes:
+    """An outcome event's message value: JSON, or Avro in the wire format with ``codec``."""
+    return codec.encode_outcome(outcome) if codec else outcome.to_json().encode("utf-8")
+
+
+def decode_outcome(value: bytes, codec: AvroCodec | None) -> Outcome:
+    return codec.decode_outcome(value) if codec else Outcome.from_json(value)
+
+
+def publish_outcomes(
+    cfg: KafkaConfig, outcomes: Sequence[Outcome], codec: AvroCodec | None = None
+) -> None:
     """Outcome events keyed by transactionId (at least once: a replayed batch sends again)."""
     produce(
         cfg,
         cfg.outcomes_topic,
-        ((o.transaction_id or "", o.to_json().encode("utf-8")) for o in outcomes),
+        ((o.transaction_id or "", encode_outcome(o, codec)) for o in outcomes),
     )
+
+
+def outcome_publisher(cfg: KafkaConfig) -> Callable[[Sequence[Outcome]], None]:
+    """The sink's publisher for ``cfg``; with ``format: avro`` the outcome schema id is resolved
+    (or registered) now, so a wrong Avro config fails at startup rather than after a batch."""
+    codec = codec_for(cfg)
+    if codec is not None:
+        codec.outcome_writer()
+    return lambda outcomes: publish_outcomes(cfg, outcomes, codec)
 
 
 def read_outcomes(
     cfg: KafkaConfig, *, follow: bool = False, idle_timeout: float = 5.0
 ) -> Iterator[Outcome]:
     """Outcome events from the beginning of every partition of the outcomes topic; stops after
-    ``idle_timeout`` seconds without a new event unless ``follow``. Commits no offsets."""
+    ``idle_timeout`` seconds without a new event unless ``follow``. Commits no offsets.
+    With ``format: avro`` the events are decoded from the wire format."""
+    codec = codec_for(cfg)
     consumer = Consumer(
         _client_conf(cfg, **{"group.id": "cdc-results-reader", "enable.auto.commit": False})
     )
@@ -91,6 +114,6 @@ def read_outcomes(
                 raise KafkaException(error)
             value = msg.value()
             if value is not None:
-                yield Outcome.from_json(value)
+                yield decode_outcome(value, codec)
     finally:
         consumer.close()

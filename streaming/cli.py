@@ -9,10 +9,14 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from streaming.config import AppConfig, load_config
 from streaming.errors import CdcError
 from streaming.outcomes import Outcome
+
+if TYPE_CHECKING:
+    from connectors.avro import AvroCodec
 
 DEFAULT_CONFIG = "cdc.yaml"
 
@@ -50,27 +54,47 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
+    from connectors.avro import codec_for
     from connectors.kafka_io import produce
-    from streaming.requests import decode_json
 
     cfg = _config(args.config)
     if cfg.kafka is None:
         raise CdcError("kafka: not configured; cannot publish", code="CONFIG_ERROR")
+    codec = codec_for(cfg.kafka)
     records = []
     for file in args.files:
         for number, line in enumerate(Path(file).read_bytes().splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                value = decode_json(line)
-                key = str(value.get("dataset", "")) if isinstance(value, dict) else ""
-            except CdcError:
-                key = ""  # published as is: the job rejects it with a clear code
-                print(f"warning: {file}:{number} is not a valid request", file=sys.stderr)
-            records.append((key, line))
+            if line.strip():
+                records.append(_request_record(line, f"{file}:{number}", codec))
     count = produce(cfg.kafka, cfg.kafka.transactions_topic, records)
-    print(f"published {count} request(s) to {cfg.kafka.transactions_topic}")
+    print(f"published {count} request(s) to {cfg.kafka.transactions_topic} ({cfg.kafka.format})")
     return 0
+
+
+def _request_record(line: bytes, where: str, codec: AvroCodec | None) -> tuple[str, bytes]:
+    """(key = dataset, value) of one JSON request line. As JSON, an invalid line is published
+    as is (the job rejects it with its code); as Avro it cannot be encoded: nothing is sent."""
+    from streaming.requests import decode_json
+
+    try:
+        value = decode_json(line)
+    except CdcError as e:
+        if codec is not None:
+            raise CdcError(f"{where}: {e.message}", code=e.code) from e
+        print(f"warning: {where} is not a valid request", file=sys.stderr)
+        return "", line
+    key = str(value.get("dataset", "")) if isinstance(value, dict) else ""
+    if codec is None:
+        return key, line
+    if not isinstance(value, dict):
+        raise CdcError(f"{where}: a request must be a JSON object", code="NOT_AN_OBJECT")
+    try:
+        return key, codec.encode_request(value)
+    except (ValueError, TypeError) as e:
+        raise CdcError(
+            f"{where}: does not fit the Avro request schema: {str(e)[:300]}",
+            code="INVALID_REQUEST",
+        ) from e
 
 
 RESULT_COLUMNS = ["transactionId", "status", "batch", "actions", "error"]
@@ -188,7 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workspace", help="keep the demo workspace here instead of a temp dir")
     demo.set_defaults(func=cmd_demo)
 
-    pub = sub.add_parser("publish", help="publish transaction requests (JSON lines) to Kafka")
+    pub = sub.add_parser(
+        "publish",
+        help="publish transaction requests (JSON lines) to Kafka, as Avro with kafka.format: avro",
+    )
     pub.add_argument("files", nargs="+", help="files with one JSON request per line")
     pub.add_argument("--config")
     pub.set_defaults(func=cmd_publish)

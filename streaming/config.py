@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from streaming.errors import ConfigError
 
@@ -23,6 +30,43 @@ ENV_NESTING = "__"
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+BUILTIN_SCHEMA_PREFIX = "builtin:"
+"""``kafka.avro.schemas`` values starting with this name a schema shipped with the package:
+``builtin:transaction_request`` or ``builtin:outcome`` (streaming/resources/schemas/*.avsc)."""
+
+
+class AvroConfig(_Strict):
+    """Avro in the Confluent wire format (magic byte 0, 4-byte schema id, Avro binary body)."""
+
+    registry_url: str | None = Field(
+        None,
+        description="Schema registry URL: schemas are fetched by id (GET /schemas/ids/{id}) "
+        "and cached; a missing request/outcome schema id is registered under <topic>-value",
+    )
+    schemas: dict[int, str] = Field(
+        default_factory=dict,
+        description="Local schemas, id -> .avsc file (or builtin:transaction_request, "
+        "builtin:outcome); used instead of a registry",
+    )
+    request_schema_id: int | None = Field(
+        None, ge=0, description="Schema id `cdc publish` writes requests with"
+    )
+    outcome_schema_id: int | None = Field(
+        None,
+        ge=0,
+        description="Schema id the job writes outcomes with (required without registry_url)",
+    )
+
+    @field_validator("request_schema_id", "outcome_schema_id")
+    @classmethod
+    def _known_locally(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is None or info.data.get("registry_url"):
+            return value
+        if value not in info.data.get("schemas", {}):
+            raise ValueError(f"schema id {value} is not in kafka.avro.schemas (no registry_url)")
+        return value
 
 
 class KafkaConfig(_Strict):
@@ -42,6 +86,25 @@ class KafkaConfig(_Strict):
         default_factory=dict,
         description="Extra Kafka client options passed through (e.g. security.protocol, sasl.*)",
     )
+    avro: AvroConfig | None = Field(
+        None,
+        validate_default=True,
+        description="Avro schemas (required with format avro: registry_url or schemas)",
+    )
+
+    @field_validator("avro")
+    @classmethod
+    def _avro_has_schemas(cls, value: AvroConfig | None, info: ValidationInfo) -> AvroConfig | None:
+        if info.data.get("format") != "avro":
+            return value
+        if value is None or (not value.registry_url and not value.schemas):
+            raise ValueError("required with format avro: give registry_url or schemas")
+        if not value.registry_url and value.outcome_schema_id is None:
+            raise ValueError(
+                "outcome_schema_id is required with format avro and no registry_url "
+                "(the schema id outcomes are written with)"
+            )
+        return value
 
 
 class LandingConfig(_Strict):
@@ -77,6 +140,22 @@ class SparkConfig(_Strict):
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark configuration")
 
 
+class LogConfig(_Strict):
+    """Logging of the job and the command line."""
+
+    format: Literal["text", "json"] = Field(
+        "text", description="text lines, or one JSON object per line (structured logging)"
+    )
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="Log level of the job's own loggers (-v forces DEBUG)"
+    )
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+
 class AppConfig(_Strict):
     """Top-level configuration of the CDC processor (``cdc.yaml``)."""
 
@@ -94,6 +173,7 @@ class AppConfig(_Strict):
     )
     trigger: TriggerConfig = Field(default_factory=TriggerConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
     query_name: str = Field("cdc", description="Name of the streaming query (and its checkpoint)")
     base_dir: str = Field(
         "",
@@ -159,7 +239,7 @@ def _describe(error: ValidationError, source: str) -> str:
         elif item["type"] == "missing":
             lines.append(f"{key}: required key is missing")
         else:
-            lines.append(f"{key}: {item['msg']}")
+            lines.append(f"{key}: {item['msg'].removeprefix('Value error, ')}")
     return f"invalid configuration ({source}):\n  " + "\n  ".join(lines)
 
 
@@ -184,6 +264,14 @@ def parse_config(
             "dms": resolve_path(cfg.landing.dms, base) if cfg.landing.dms else None,
         }
     )
+    kafka = cfg.kafka
+    if kafka is not None and kafka.avro is not None:
+        schemas = {
+            k: v if v.startswith(BUILTIN_SCHEMA_PREFIX) else resolve_path(v, base)
+            for k, v in kafka.avro.schemas.items()
+        }
+        avro = kafka.avro.model_copy(update={"schemas": schemas})
+        kafka = kafka.model_copy(update={"avro": avro})
     spark = cfg.spark
     if spark.jars_dir:
         spark = spark.model_copy(update={"jars_dir": resolve_path(spark.jars_dir, base)})
@@ -195,6 +283,7 @@ def parse_config(
             "datasets": {k: resolve_path(v, base) for k, v in cfg.datasets.items()},
             "allowed_locations": [resolve_path(p, base) for p in cfg.allowed_locations],
             "landing": landing,
+            "kafka": kafka,
             "spark": spark,
         }
     )

@@ -154,13 +154,24 @@ def decode_json(payload: bytes) -> Any:
 
 def parse_request(payload: bytes) -> TransactionRequest:
     """Parse and validate one request's syntax. Raises ``RejectedError`` with a specific code."""
-    value = decode_json(payload)
+    return validate_request(decode_json(payload))
+
+
+def validate_request(value: Any) -> TransactionRequest:
+    """Validate a decoded, JSON-shaped request (from JSON or Avro): the codes of ``parse_request``
+    after decoding (NOT_AN_OBJECT, MISSING_TRANSACTION_ID, UNKNOWN_FIELD, ...)."""
     if not isinstance(value, dict):
         raise RejectedError("a request must be a JSON object", code="NOT_AN_OBJECT")
     try:
         return TransactionRequest.model_validate(value)
     except ValidationError as e:
         raise RejectedError(_describe(e), code=_error_code(e)) from e
+
+
+def transaction_id_of(value: Any) -> str | None:
+    """The transactionId of a decoded request that may be invalid otherwise, if it has one."""
+    tid = value.get("transactionId") if isinstance(value, dict) else None
+    return tid if isinstance(tid, str) and tid else None
 
 
 _ID_PATTERN = re.compile(rb'"transactionId"\s*:\s*"((?:[^"\\]|\\.){1,256})"')
@@ -180,5 +191,4 @@ def salvage_transaction_id(payload: bytes) -> str | None:
         except (UnicodeDecodeError, json.JSONDecodeError):
             return None
         return found if isinstance(found, str) and found else None
-    tid = value.get("transactionId") if isinstance(value, dict) else None
-    return tid if isinstance(tid, str) and tid else None
+    return transaction_id_of(value)

@@ -8,13 +8,19 @@ deterministic.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from streaming.errors import RejectedError
-from streaming.requests import TransactionRequest, parse_request, salvage_transaction_id
+from streaming.requests import (
+    TransactionRequest,
+    decode_json,
+    salvage_transaction_id,
+    transaction_id_of,
+    validate_request,
+)
 
 
 @dataclass(frozen=True)
@@ -105,9 +111,41 @@ class Repeated:
 
 Verdict = Admitted | Refused | Repeated
 
+RequestDecoder = Callable[[RawRequest], Any]
+"""A raw request → its JSON-shaped value (a dict, for a well-formed request), or ``RejectedError``
+with the decoding code (INVALID_JSON, INVALID_AVRO, UNKNOWN_SCHEMA_ID, ...). Validation of the
+value is the same for every wire format (``streaming.requests.validate_request``)."""
+
+
+def decode_json_request(raw: RawRequest) -> Any:
+    """The decoder of JSON requests (landing lines, DMS files, Kafka with ``format: json``)."""
+    return decode_json(raw.payload)
+
+
+def _parse(
+    raw: RawRequest, decode: RequestDecoder
+) -> tuple[TransactionRequest | None, RejectedError | None, str | None]:
+    """(request, None, id) or (None, why not, the id if it can be read)."""
+    try:
+        value = decode(raw)
+    except RejectedError as e:
+        return None, e, salvage_transaction_id(raw.payload)
+    try:
+        return validate_request(value), None, transaction_id_of(value)
+    except RejectedError as e:
+        return None, e, transaction_id_of(value)
+
+
+def transaction_ids(raws: Iterable[RawRequest], decode: RequestDecoder) -> set[str]:
+    """The transactionIds that can be read from ``raws`` (to look them up in the ledger)."""
+    return {tid for raw in raws if (tid := _parse(raw, decode)[2])}
+
 
 def triage(
-    raws: Iterable[RawRequest], ledger: Mapping[str, Committed], batch_id: int
+    raws: Iterable[RawRequest],
+    ledger: Mapping[str, Committed],
+    batch_id: int,
+    decode: RequestDecoder = decode_json_request,
 ) -> list[Verdict]:
     """Parse requests in source order and sort them into admitted / refused / repeated.
 
@@ -118,10 +156,10 @@ def triage(
     verdicts: list[Verdict] = []
     seen: dict[str, str] = {}
     for raw in in_source_order(raws):
-        try:
-            request = parse_request(raw.payload)
-        except RejectedError as e:
-            verdicts.append(Refused(raw, e, salvage_transaction_id(raw.payload)))
+        request, error, salvaged = _parse(raw, decode)
+        if request is None:
+            assert error is not None
+            verdicts.append(Refused(raw, error, salvaged))
             continue
         tid, digest = request.transaction_id, request.content_hash()
         earlier = ledger.get(tid)
