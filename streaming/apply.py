@@ -2,8 +2,9 @@
 
 Input: every change of the batch to one table, as rows of ``id``, ``__seq`` (the order:
 ``action ordinal << 32 | row``), ``__tx``, ``__kind`` (a ``ChangeKind``), ``__cols`` (PATCH:
-the columns the source has), ``__flags`` (extended format: column → flags) and ``data`` (a
-struct of the properties). The stored
+the columns the source has), ``__flags`` (extended format: column → flags), ``__version`` and
+``__created`` (REPLACE: the scope's new version and created time) and ``data`` (a struct of the
+properties). The stored
 state of each touched key is joined in, the rows are sorted by (id, seq) inside partitions, and
 ``core.fold`` runs once per key (Arrow batches, no per-key Spark job). Its output is
 - ``state`` rows: the new current row of every key that changed → one Delta MERGE,
@@ -96,6 +97,8 @@ class _Folder:
             columns=tuple(cols) if cols is not None else None,
             watermark=self._mark(row["data"]),
             flags=dict(row["__flags"]) if row["__flags"] else None,
+            version=row["__version"],
+            created=row["__created"],
         )
 
     def output_rows(self, key: str, folded: Folded) -> Iterator[dict[str, Any]]:

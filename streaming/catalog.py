@@ -89,8 +89,8 @@ _KIND_KEYS: dict[str, tuple[SchemaKind, ...]] = {
 }
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FQN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
-_REF = re.compile(r"@\{([^}]*)\}")
-_ARG = re.compile(r"\$\{([^}]*)\}")
+REF_PATTERN = re.compile(r"@\{([^}]*)\}")
+ARG_PATTERN = re.compile(r"\$\{([^}]*)\}")
 
 
 def _identifier(name: str) -> str:
@@ -353,10 +353,10 @@ def _kind_problems(schema: SchemaDef) -> Iterator[str]:
 def _sql_problems(schema: SchemaDef) -> Iterator[str]:
     """``@{ref}`` names a ``using`` key, ``${arg}`` a declared argument; arguments are unique."""
     arguments = [a.name for a in schema.arguments]
-    for ref in _REF.findall(schema.sql or ""):
+    for ref in REF_PATTERN.findall(schema.sql or ""):
         if ref not in schema.using:
             yield f"{schema.name}.sql: @{{{ref}}} is not a key of using"
-    for arg in _ARG.findall(schema.sql or ""):
+    for arg in ARG_PATTERN.findall(schema.sql or ""):
         if arg not in arguments:
             yield f"{schema.name}.sql: ${{{arg}}} is not a declared argument"
     named = [(f"{schema.name}.arguments", arguments)] + [

@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from connectors.kafka_io import publish_outcomes
+from connectors.avro import AvroRequestDecoder, codec_for
+from connectors.kafka_io import outcome_publisher
 from connectors.sources import RAW_COLUMNS, dms_files, kafka_requests, landing_requests
 from streaming.catalog import Dataset, load_dataset
 from streaming.config import AppConfig
+from streaming.core.batch import decode_json_request
 from streaming.errors import ConfigError
 from streaming.layout import Layout
 from streaming.sink import Sink
@@ -42,6 +44,9 @@ def prepare_tables(spark: SparkSession, datasets: Mapping[str, Dataset], layout:
     ensure_table(spark, layout.outcomes, OUTCOMES_SCHEMA)
     ensure_table(spark, layout.quarantine, QUARANTINE_SCHEMA)
     for name, dataset in datasets.items():
+        for schema in dataset.schemas.values():
+            if schema.is_record or schema.materialized:
+                ensure_table(spark, layout.table(name, schema.name), current_schema(schema))
         for schema in dataset.object_schemas():
             ensure_table(
                 spark,
@@ -94,6 +99,7 @@ class Job:
         datasets = load_datasets(cfg)
         layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
         kafka = cfg.kafka
+        codec = codec_for(kafka)  # Avro schemas are read (or fetched) at startup
         sink = Sink(
             spark=spark,
             datasets=datasets,
@@ -105,7 +111,8 @@ class Job:
             ],
             dms_zone=cfg.landing.dms,
             shuffle_partitions=cfg.spark.shuffle_partitions,
-            publish=(lambda outcomes: publish_outcomes(kafka, outcomes)) if kafka else None,
+            publish=outcome_publisher(kafka) if kafka else None,
+            decode=AvroRequestDecoder(codec) if codec else decode_json_request,
         )
         prepare_tables(spark, datasets, layout)
         return cls(spark, cfg, datasets, layout, sink)

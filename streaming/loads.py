@@ -8,7 +8,8 @@ records) for *every* load of the batch run as one Spark job in ``check_loads``.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -16,12 +17,15 @@ from pyspark.sql.types import ArrayType, LongType, MapType, StringType
 
 from streaming.apply import SEQ_SHIFT
 from streaming.catalog import SchemaDef
-from streaming.core.columns import resolve_columns
+from streaming.core.columns import ColumnFormat, resolve_columns
 from streaming.core.fold import ChangeKind
 from streaming.errors import RejectedError
-from streaming.plan import Load
-from streaming.requests import DataFormat
+from streaming.plan import Files, Load, SchemaRows
+from streaming.reads import Reader, filtered
+from streaming.requests import DataFormat, Operation
 
+META_SOURCE_COLUMNS = ("version", "created", "updated", "hash")
+"""An object source's meta columns: never copied into a target (seed 000, PATCH)."""
 CORRUPT = "_corrupt_record"
 ROW = "__row"
 DMS_OP = "Op"
@@ -29,38 +33,57 @@ CHANGE_TYPE, VALUE, FLAGS = "$change_type", "$value:", "$flags:"
 _CHECK_COLUMNS = ["__seq", "id", "__bad_cols", "__corrupt"]
 
 
-def _read(spark: SparkSession, load: Load) -> DataFrame:
-    if load.format is DataFormat.JSON:
-        return spark.read.option("columnNameOfCorruptRecord", CORRUPT).json(load.location.path)
-    if load.format is DataFormat.PARQUET:
-        return spark.read.parquet(load.location.path)
-    if load.format is DataFormat.DMS:
+def _read_files(spark: SparkSession, files: Files) -> DataFrame:
+    path = files.location.path
+    if files.format is DataFormat.JSON:
+        return spark.read.option("columnNameOfCorruptRecord", CORRUPT).json(path)
+    if files.format is DataFormat.PARQUET:
+        return spark.read.parquet(path)
+    if files.format is DataFormat.DMS:
         # Rows keep their order in the files: several changes to one key apply in file order.
-        df = spark.read.parquet(load.location.path)
+        df = spark.read.parquet(path)
         order = Window.orderBy(F.col("_metadata.file_name"), F.col("_metadata.row_index"))
         return df.withColumn(ROW, F.row_number().over(order) - 1)
-    if load.format is DataFormat.EXTENDED:  # Parquet or JSON lines, whichever the files are
-        path = load.location.path
+    if files.format is DataFormat.EXTENDED:  # Parquet or JSON lines, whichever the files are
         parquet = path.endswith(".parquet") or (
-            load.location.local
+            files.location.local
             and os.path.isdir(path)
             and any(name.endswith(".parquet") for name in os.listdir(path))
         )
         reader = spark.read.option("columnNameOfCorruptRecord", CORRUPT)
         return reader.parquet(path) if parquet else reader.json(path)
-    raise RejectedError(f"format {load.format} is not supported yet", code="UNSUPPORTED_FORMAT")
+    raise RejectedError(f"format {files.format} is not supported yet", code="UNSUPPORTED_FORMAT")
+
+
+def _read(spark: SparkSession, load: Load, reader: Reader) -> DataFrame:
+    if isinstance(load.source, Files):
+        return _read_files(spark, load.source)
+    assert load.source is not None
+    return reader.rows(load.source)
+
+
+def _describe(load: Load) -> str:
+    """Where a load's rows come from, for messages."""
+    if isinstance(load.source, Files):
+        return f"{load.source.format} data at {load.source.location.path}"
+    if isinstance(load.source, SchemaRows):
+        return f"schema {load.source.schema.name}"
+    return f"table {load.source.name}" if load.source is not None else "no source"
 
 
 def _kind(load: Load, raw: DataFrame, schema: SchemaDef, sources: dict[str, str]) -> Column:
     """Per-row change kind: the action's, except DMS ``Op = 'D'`` and tombstone-key rows (seed
     001: boolean true; a string equal to the configured value; any other type non-null)."""
+    if load.kind is None:  # record targets: rows are inserted as they are
+        return F.lit(None).cast("string")
     kind = F.lit(load.kind.value)
     deleted: Column | None = None
-    if load.format is DataFormat.DMS:
+    fmt = load.source.format if isinstance(load.source, Files) else None
+    if fmt is DataFormat.DMS:
         op = next((c for c in raw.columns if c.lower() == DMS_OP.lower()), None)
         if op is not None:
             deleted = F.upper(F.col(f"`{op}`")) == F.lit("D")
-    if load.format is DataFormat.EXTENDED and CHANGE_TYPE in raw.columns:
+    if fmt is DataFormat.EXTENDED and CHANGE_TYPE in raw.columns:
         deleted = F.col(f"`{CHANGE_TYPE}`").cast("long") == F.lit(1)
     tombstone = schema.tombstone
     if tombstone is not None and tombstone.column in sources:
@@ -79,32 +102,34 @@ def _kind(load: Load, raw: DataFrame, schema: SchemaDef, sources: dict[str, str]
     return F.when(deleted, F.lit(ChangeKind.DELETE.value)).otherwise(kind)
 
 
-def load_changes(spark: SparkSession, load: Load) -> DataFrame:
+def load_changes(spark: SparkSession, load: Load, reader: Reader) -> DataFrame:
     """The rows of ``load`` as change rows (see ``streaming.apply``) plus check columns."""
     try:
-        raw = _read(spark, load)
+        raw = _read(spark, load, reader)
     except RejectedError:
         raise
-    except Exception as e:  # Spark's AnalysisException & co: the files cannot be read
+    except Exception as e:  # Spark's AnalysisException & co: the source cannot be read
         raise RejectedError(
-            f"cannot read {load.format} data at {load.location.path}: {str(e).splitlines()[0]}",
+            f"cannot read {_describe(load)}: {str(e).splitlines()[0]}",
             code="UNREADABLE_DATA",
         ) from e
     schema = load.schema
     props = schema.data_columns()
-    extended = load.format is DataFormat.EXTENDED
+    files = load.source if isinstance(load.source, Files) else None
+    extended = files is not None and files.format is DataFormat.EXTENDED
+    keys = ["id"] if schema.is_object else []
     sources = resolve_columns(
-        ["id"] if extended else ["id", *props],
-        [c for c in raw.columns if c not in (CORRUPT, ROW)],
-        load.column_format,
-        dict(load.column_mapping),
-        relaxed=load.location.local,
+        keys if extended else [*keys, *props],
+        [c for c in raw.columns if c not in (CORRUPT, ROW, *META_SOURCE_COLUMNS)],
+        files.column_format if files else ColumnFormat.AS_SPECIFIED,
+        dict(files.column_mapping) if files else {},
+        relaxed=files.location.local if files else True,
     )
     if extended:
         sources |= {p: f"{VALUE}{p}" for p in props if f"{VALUE}{p}" in raw.columns}
-    if "id" not in sources:
+    if schema.is_object and "id" not in sources:
         raise RejectedError(
-            f"{load.location.path}: no id column for {schema.name}", code="MISSING_ID_COLUMN"
+            f"{_describe(load)}: no id column for {schema.name}", code="MISSING_ID_COLUMN"
         )
     types = {f.name: f.dataType for f in schema.spark_schema().fields}
     # DELETE needs only ids; PATCH writes only the columns its source has.
@@ -132,19 +157,71 @@ def load_changes(spark: SparkSession, load: Load) -> DataFrame:
         if flagged
         else F.lit(None)
     )
-    return raw.select(
-        F.col(f"`{sources['id']}`").cast("string").alias("id"),
+    version, created = _replace_version(load, reader, raw, sources)
+    key = F.col(f"`{sources['id']}`") if "id" in sources else F.lit(None)
+    changes = raw.select(
+        key.cast("string").alias("id"),
         (F.lit(load.ordinal << SEQ_SHIFT) + row).alias("__seq"),
         F.lit(load.transaction_id).alias("__tx"),
         _kind(load, raw, schema, sources).alias("__kind"),
         columns.cast(ArrayType(StringType())).alias("__cols"),
         flags.cast(MapType(StringType(), LongType())).alias("__flags"),
+        F.lit(version).cast("long").alias("__version"),
+        F.lit(created).cast("timestamp").alias("__created"),
         F.struct(*[values[p].alias(p) for p in props]).alias("data"),
         (F.array_compact(F.array(*bad)) if bad else F.array().cast("array<string>")).alias(
             "__bad_cols"
         ),
         corrupt.alias("__corrupt"),
     )
+    return _with_scope_deletes(load, reader, changes, version)
+
+
+def _replace_version(
+    load: Load, reader: Reader, raw: DataFrame, sources: Mapping[str, str]
+) -> tuple[int | None, datetime | None]:
+    """REPLACE (seed 000): the version every replaced row of the scope moves to — the largest
+    version in the scope (and of the tombstones of the ids it writes) + 10, or + 1 without
+    history; 1 when there is none — and the scope's smallest ``created``."""
+    if load.kind is not ChangeKind.REPLACE:
+        return None, None
+    scope = filtered(reader.table(load.writes), load.scope)
+    stats = scope.agg(F.max("version"), F.min("created")).first()
+    top, created = (stats[0] or 0, stats[1]) if stats else (0, None)
+    ids = raw.select(F.col(f"`{sources['id']}`").cast("string").alias("id"))
+    tombstones = reader.table(reader.layout.tombstones(load.dataset, load.schema.name))
+    dead = tombstones.join(ids, "id", "left_semi").agg(F.max("version")).first()
+    top = max(top, (dead[0] if dead else None) or 0)
+    if top == 0:
+        return 1, None
+    return top + (10 if load.schema.history else 1), created
+
+
+def _with_scope_deletes(
+    load: Load, reader: Reader, changes: DataFrame, version: int | None
+) -> DataFrame:
+    """MERGE / REPLACE: add deletes of the target rows in scope that the source lacks, after the
+    load's own change rows (``changes``); REPLACE's tombstones get its ``version``."""
+    if load.operation not in (Operation.MERGE, Operation.REPLACE):
+        return changes
+    kind = ChangeKind.DELETE if load.operation is Operation.MERGE else ChangeKind.REPLACE_DELETE
+    scope = filtered(reader.table(load.writes), load.scope).select("id")
+    gone = scope.join(changes.select("id"), "id", "left_anti")
+    props = load.schema.spark_schema()
+    out = gone.select(
+        "id",
+        F.lit((load.ordinal << SEQ_SHIFT) + (1 << (SEQ_SHIFT - 1))).cast("long").alias("__seq"),
+        F.lit(load.transaction_id).alias("__tx"),
+        F.lit(kind.value).alias("__kind"),
+        F.lit(None).cast(ArrayType(StringType())).alias("__cols"),
+        F.lit(None).cast(MapType(StringType(), LongType())).alias("__flags"),
+        F.lit(version).cast("long").alias("__version"),
+        F.lit(None).cast("timestamp").alias("__created"),
+        F.lit(None).cast(props).alias("data"),
+        F.array().cast("array<string>").alias("__bad_cols"),
+        F.lit(False).alias("__corrupt"),
+    )
+    return changes.unionByName(out)
 
 
 def check_loads(loaded: Sequence[tuple[Load, DataFrame]]) -> dict[int, RejectedError]:
@@ -168,17 +245,17 @@ def check_loads(loaded: Sequence[tuple[Load, DataFrame]]) -> dict[int, RejectedE
     errors: dict[int, RejectedError] = {}
     for row in stats:
         load = by_ordinal[int(row["__seq"]) >> SEQ_SHIFT]
-        where = f"actions[{load.action_index}] {load.schema.name} at {load.location.path}"
+        where = f"actions[{load.action_index}] {load.schema.name} from {_describe(load)}"
+        keyed = load.schema.is_object
         if row["corrupt"]:
             errors[load.ordinal] = RejectedError(
-                f"{where}: {row['corrupt']} record(s) are not valid {load.format}",
-                code="CORRUPT_RECORD",
+                f"{where}: {row['corrupt']} record(s) are not valid", code="CORRUPT_RECORD"
             )
-        elif row["no_id"]:
+        elif row["no_id"] and keyed:
             errors[load.ordinal] = RejectedError(
                 f"{where}: {row['no_id']} record(s) have no id", code="MISSING_ID"
             )
-        elif row["dup_ids"] and load.format is not DataFormat.DMS:  # DMS: many changes per key
+        elif row["dup_ids"] and keyed and not _many_changes_per_key(load):
             errors[load.ordinal] = RejectedError(
                 f"{where}: {row['dup_ids']} id(s) appear more than once", code="DUPLICATE_ID"
             )
@@ -188,6 +265,11 @@ def check_loads(loaded: Sequence[tuple[Load, DataFrame]]) -> dict[int, RejectedE
                 code="TYPE_MISMATCH",
             )
     return errors
+
+
+def _many_changes_per_key(load: Load) -> bool:
+    """DMS files hold several changes of one key, applied in file order."""
+    return isinstance(load.source, Files) and load.source.format is DataFormat.DMS
 
 
 def changes_only(df: DataFrame) -> DataFrame:

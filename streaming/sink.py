@@ -17,22 +17,34 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from connectors.sources import to_raw_requests
-from streaming import ledger, system
+from streaming import ledger, records, system
 from streaming.apply import TableResult, append_history, apply_to_object_table
 from streaming.catalog import Dataset, SchemaDef
-from streaming.core.batch import Admitted, RawRequest, Refused, Repeated, Verdict, triage
-from streaming.core.fold import EFFECTS
+from streaming.core.batch import (
+    Admitted,
+    RawRequest,
+    Refused,
+    Repeated,
+    RequestDecoder,
+    Verdict,
+    decode_json_request,
+    transaction_ids,
+    triage,
+)
+from streaming.core.fold import EFFECTS, Effect
+from streaming.core.steps import segments, waves
 from streaming.errors import CdcError, FailedError, RejectedError
 from streaming.layout import Layout, ObjectTable
 from streaming.loads import changes_only, check_loads, load_changes
 from streaming.outcomes import ActionOutcome, ErrorInfo, Outcome, Status
 from streaming.plan import Load, PlannedTransaction, plan_transaction
-from streaming.requests import salvage_transaction_id
-from streaming.tables import BatchCommit, find_batch_commit, latest_version
+from streaming.reads import Reader
+from streaming.requests import Operation
+from streaming.tables import BatchCommit
+from streaming.timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +74,8 @@ class Sink:
     shuffle_partitions: int = 4
     dms_zone: str | None = None
     publish: Publisher | None = None
+    decode: RequestDecoder = decode_json_request
+    """Raw request → JSON-shaped value (Avro Kafka records with ``kafka.format: avro``)."""
     clock: Callable[[], datetime] = _now
     history: deque[dict[str, object]] = field(default_factory=lambda: deque(maxlen=100))
     """Progress of the last 100 batches (also logged)."""
@@ -77,22 +91,28 @@ class Sink:
         verdicts = self._triage(raws, batch_id)
         admitted = [v for v in verdicts if isinstance(v, Admitted)]
         planned, rejected = self._plan(admitted)
-        loaded, load_rejected = self._load(planned)
-        rejected.update(load_rejected)
+        timeline = Timeline.open(
+            self.spark,
+            self.layout.query_name,
+            batch_id,
+            (p for plan in planned for load in plan.loads for p in self._written(load)),
+            self.clock,
+        )
+        applied = Applied()
+        for segment in segments(planned):
+            self._apply_segment(segment, timeline, applied, rejected)
+        commit = BatchCommit(timeline.query, batch_id, timeline.at)
         valid = [p for p in planned if p.request.transaction_id not in rejected]
-        targets = self._targets(valid, loaded)
-        before, commit = self._resume(targets, batch_id)
-        results, failure = self._apply(targets, before, commit)
-        outcomes = self._outcomes(verdicts, valid, rejected, results, failure, commit)
+        outcomes = self._outcomes(verdicts, valid, rejected, applied, commit)
         self._record(verdicts, outcomes, rejected, commit)
-        self._progress(batch_id, outcomes, results, time.monotonic() - started)
+        self._progress(batch_id, outcomes, applied, time.monotonic() - started)
         return outcomes
 
     # -- steps ----------------------------------------------------------------------------
     def _triage(self, raws: Sequence[RawRequest], batch_id: int) -> list[Verdict]:
-        ids = {tid for raw in raws if (tid := salvage_transaction_id(raw.payload))}
+        ids = transaction_ids(raws, self.decode)
         known = ledger.committed(self.spark, self.layout.ledger, ids)
-        return triage(raws, known, batch_id)
+        return triage(raws, known, batch_id, self.decode)
 
     def _plan(
         self, admitted: Sequence[Admitted]
@@ -107,6 +127,7 @@ class Sink:
                     item.request,
                     first_ordinal=ordinal,
                     datasets=self.datasets,
+                    layout=self.layout,
                     base_dir=self.base_dir,
                     allowed_locations=self.allowed_locations,
                     exists=exists,
@@ -118,91 +139,130 @@ class Sink:
             planned.append(plan)
         return planned, rejected
 
+    def _written(self, load: Load) -> list[str]:
+        """Every table a load may write: an object's current and tombstone tables (its history
+        is appended with the same commits), or the record / view table."""
+        if load.schema.is_object:
+            return list(self.layout.object_table(load.dataset, load.schema.name).restorable)
+        return [load.writes]
+
+    def _reader(self, timeline: Timeline) -> Reader:
+        return Reader(self.spark, self.layout, self.datasets, self.base_dir, timeline.version)
+
     def _load(
-        self, planned: Sequence[PlannedTransaction]
+        self, loads: Sequence[Load], timeline: Timeline
     ) -> tuple[list[tuple[Load, DataFrame]], dict[str, RejectedError]]:
+        """Change rows of ``loads`` read at the timeline's versions, checked by one Spark job;
+        the transactions whose data is wrong, with their error."""
+        reader = self._reader(timeline)
         loaded: list[tuple[Load, DataFrame]] = []
         rejected: dict[str, RejectedError] = {}
-        for plan in planned:
+        for load in loads:
+            if load.transaction_id in rejected or load.source is None:
+                continue
             try:
-                loaded.extend((load, load_changes(self.spark, load)) for load in plan.loads)
+                loaded.append((load, load_changes(self.spark, load, reader)))
             except RejectedError as e:
-                rejected[plan.request.transaction_id] = e
+                rejected[load.transaction_id] = e
         for ordinal, error in check_loads(loaded).items():
             tid = next(load.transaction_id for load, _ in loaded if load.ordinal == ordinal)
             rejected.setdefault(tid, error)
         return [(load, df) for load, df in loaded if load.transaction_id not in rejected], rejected
 
-    def _targets(
-        self, valid: Sequence[PlannedTransaction], loaded: Sequence[tuple[Load, DataFrame]]
-    ) -> dict[str, Target]:
-        """The batch's changes per target table, keyed (and later written) by table path."""
-        dataset_of = {p.request.transaction_id: p.request.dataset for p in valid}
-        targets: dict[str, Target] = {}
-        for load, df in loaded:
-            paths = self.layout.object_table(dataset_of[load.transaction_id], load.schema.name)
-            target = targets.setdefault(paths.current, Target(paths, load.schema))
-            target.changes.append(changes_only(df))
-        return dict(sorted(targets.items()))
-
-    def _resume(
-        self, targets: Mapping[str, Target], batch_id: int
-    ) -> tuple[dict[str, int], BatchCommit]:
-        """Each table's version before this batch, and the batch's commit time. A replayed batch
-        (some tables already committed it) gets back its original versions and commit time, so
-        it computes exactly the same rows again."""
-        query = self.layout.query_name
-        before: dict[str, int] = {}
-        at: datetime | None = None
-        for target in targets.values():
-            for path in target.paths.restorable:
-                done = find_batch_commit(self.spark, path, query, batch_id)
-                if done is None:
-                    before[path] = latest_version(self.spark, path)
-                else:
-                    before[path], at = done[0] - 1, done[1]
-        return before, BatchCommit(query, batch_id, at or self.clock())
-
-    def _apply(
-        self, targets: Mapping[str, Target], before: Mapping[str, int], commit: BatchCommit
-    ) -> tuple[dict[str, TableResult], CdcError | None]:
-        """Write each target table once, in path order; on failure restore what was written."""
-        results: dict[str, TableResult] = {}
+    def _apply_segment(
+        self,
+        segment: Sequence[PlannedTransaction],
+        timeline: Timeline,
+        applied: Applied,
+        rejected: dict[str, RejectedError],
+    ) -> None:
+        """Apply one segment (``core.steps``) wave by wave, each table once per wave. Data that
+        is wrong in the first wave rejects its transaction alone; any later failure restores the
+        segment's tables and fails (or, for wrong data, rejects) its transactions."""
+        live = [p for p in segment if p.request.transaction_id not in rejected]
+        start: dict[str, int] = {}
+        history: list[tuple[TableResult, ObjectTable, BatchCommit]] = []
+        done: dict[int, tuple[dict[Effect, int], int]] = {}
         try:
-            for current, target in targets.items():
-                changes = target.changes[0]
-                for part in target.changes[1:]:
-                    changes = changes.unionByName(part)
-                results[current] = apply_to_object_table(
+            for number, wave in enumerate(waves([load for p in live for load in p.loads])):
+                loaded, bad = self._load(wave, timeline)
+                if bad and number > 0:  # a later wave of a transaction that is alone
+                    raise next(iter(bad.values()))
+                rejected.update(bad)
+                wave = [load for load in wave if load.transaction_id not in bad]
+                for path in {p for load in wave for p in self._written(load)}:
+                    start.setdefault(path, timeline.version(path))
+                self._apply_wave(wave, loaded, timeline, done, history)
+            for result, paths, commit in history:
+                append_history(result, paths, commit)
+        except Exception as e:
+            log.exception("batch %s: a segment failed; restoring %s", timeline.batch_id, start)
+            timeline.restore(start)
+            error = e if isinstance(e, CdcError) else FailedError(f"{type(e).__name__}: {e}")
+            for plan in live:
+                if plan.request.transaction_id not in rejected:
+                    applied.failed[plan.request.transaction_id] = error
+            return
+        applied.loads.update(done)
+
+    def _apply_wave(
+        self,
+        wave: Sequence[Load],
+        loaded: Sequence[tuple[Load, DataFrame]],
+        timeline: Timeline,
+        done: dict[int, tuple[dict[Effect, int], int]],
+        history: list[tuple[TableResult, ObjectTable, BatchCommit]],
+    ) -> None:
+        """Write each table of the wave once (in path order), one step each."""
+        rows = {load.ordinal: changes_only(df) for load, df in loaded}
+        by_table: dict[str, list[Load]] = defaultdict(list)
+        for load in wave:
+            by_table[load.writes].append(load)
+        reader = self._reader(timeline)
+        for path, loads in sorted(by_table.items()):
+            schema = loads[0].schema
+            if schema.is_object:
+                commit = timeline.next_step()
+                paths = self.layout.object_table(loads[0].dataset, schema.name)
+                result = apply_to_object_table(
                     self.spark,
-                    changes=changes,
-                    schema=target.schema,
-                    paths=target.paths,
-                    before=before,
+                    changes=_union([rows[load.ordinal] for load in loads]),
+                    schema=schema,
+                    paths=paths,
+                    before={p: timeline.version(p) for p in paths.restorable},
                     commit=commit,
                     partitions=self.shuffle_partitions,
                 )
-        except Exception as e:  # roll back every table this batch changed, then report FAILED
-            log.exception("batch %s: applying failed; restoring %s", commit.batch_id, list(before))
-            for path, version in before.items():
-                if latest_version(self.spark, path) != version:
-                    DeltaTable.forPath(self.spark, path).restoreToVersion(version)
-            error = e if isinstance(e, CdcError) else FailedError(f"{type(e).__name__}: {e}")
-            return {}, error
-        for current, result in results.items():
-            append_history(result, targets[current].paths, commit)
-        return results, None
+                timeline.wrote(paths.tombstones, commit)
+                version = timeline.wrote(path, commit)
+                history.append((result, paths, commit))
+                _count(done, loads, result.counts, version)
+                continue
+            for load in loads:  # record and view tables: one commit per operation
+                if load.operation is Operation.INSERT_RECORD:
+                    continue
+                commit = timeline.next_step()
+                if load.operation is Operation.DELETE_RECORD:
+                    counts = records.delete_records(self.spark, load, reader, commit)
+                else:
+                    counts = records.refresh_view(self.spark, load, reader, commit)
+                _count(done, [load], counts, timeline.wrote(path, commit))
+            inserts = [load for load in loads if load.operation is Operation.INSERT_RECORD]
+            if inserts:
+                commit = timeline.next_step()
+                changes = _union([rows[load.ordinal] for load in inserts])
+                counts = records.insert_records(self.spark, changes, path, commit)
+                _count(done, inserts, counts, timeline.wrote(path, commit))
 
     def _outcomes(
         self,
         verdicts: Sequence[Verdict],
         valid: Sequence[PlannedTransaction],
         rejected: Mapping[str, RejectedError],
-        results: Mapping[str, TableResult],
-        failure: CdcError | None,
+        applied: Applied,
         commit: BatchCommit,
     ) -> list[Outcome]:
-        applied = {p.request.transaction_id: p for p in valid}
+        plans = {p.request.transaction_id: p for p in valid}
         first: dict[str, Outcome] = {}
         outcomes: list[Outcome] = []
         for verdict in verdicts:
@@ -217,38 +277,14 @@ class Sink:
                 tid = verdict.request.transaction_id
                 if tid in rejected:
                     outcome = _outcome(verdict.raw, commit, Status.REJECTED, rejected[tid])
-                elif failure is not None:
-                    outcome = _outcome(verdict.raw, commit, Status.FAILED, failure)
+                elif tid in applied.failed:
+                    outcome = _outcome(verdict.raw, commit, Status.FAILED, applied.failed[tid])
                 else:
-                    outcome = self._committed(verdict.raw, applied[tid], results, commit)
+                    outcome = _committed(verdict.raw, plans[tid], applied, commit)
                 outcome.transaction_id, outcome.dataset = tid, verdict.request.dataset
                 first[tid] = outcome
             outcomes.append(outcome)
         return outcomes
-
-    def _committed(
-        self,
-        raw: RawRequest,
-        plan: PlannedTransaction,
-        results: Mapping[str, TableResult],
-        commit: BatchCommit,
-    ) -> Outcome:
-        outcome = _outcome(raw, commit, Status.COMMITTED)
-        for load in plan.loads:
-            path = self.layout.table(plan.request.dataset, load.schema.name)
-            result = results[path]
-            counts = {e: result.counts.get((load.ordinal, e), 0) for e in EFFECTS}
-            outcome.actions.append(
-                ActionOutcome(
-                    index=load.action_index,
-                    operation=load.operation.value,
-                    target=load.schema.name,
-                    **counts,
-                )
-            )
-            outcome.table_versions[load.schema.name] = result.version
-        outcome.committed_at = commit.at
-        return outcome
 
     def _record(
         self,
@@ -275,20 +311,23 @@ class Sink:
         self,
         batch_id: int,
         outcomes: Sequence[Outcome],
-        results: Mapping[str, TableResult],
+        applied: Applied,
         seconds: float,
     ) -> None:
         by_status: dict[str, int] = defaultdict(int)
         for o in outcomes:
             by_status[o.status.value] += 1
         written = ("inserted", "updated", "deleted")
-        rows = sum(n for r in results.values() for (_, e), n in r.counts.items() if e in written)
+        rows = sum(
+            n for counts, _ in applied.loads.values() for e, n in counts.items() if e in written
+        )
+        tables = len({v for o in outcomes for v in o.table_versions})
         entry: dict[str, object] = {
             "batchId": batch_id,
             "transactions": len(outcomes),
             **by_status,
             "rowsChanged": rows,
-            "tables": len(results),
+            "tables": tables,
             "seconds": round(seconds, 3),
         }
         self.history.append(entry)
@@ -298,9 +337,54 @@ class Sink:
             len(outcomes),
             ", ".join(f"{k} {v}" for k, v in sorted(by_status.items())),
             rows,
-            len(results),
+            tables,
             seconds,
         )
+
+
+@dataclass
+class Applied:
+    """What a batch's segments did: per load ordinal its counts and the table version after it;
+    the transactions that failed, with the error."""
+
+    loads: dict[int, tuple[dict[Effect, int], int]] = field(default_factory=dict)
+    failed: dict[str, CdcError] = field(default_factory=dict)
+
+
+def _count(
+    done: dict[int, tuple[dict[Effect, int], int]],
+    loads: Sequence[Load],
+    counts: Mapping[tuple[int, Effect], int],
+    version: int,
+) -> None:
+    for load in loads:
+        done[load.ordinal] = ({e: counts.get((load.ordinal, e), 0) for e in EFFECTS}, version)
+
+
+def _union(frames: Sequence[DataFrame]) -> DataFrame:
+    out = frames[0]
+    for df in frames[1:]:
+        out = out.unionByName(df)
+    return out
+
+
+def _committed(
+    raw: RawRequest, plan: PlannedTransaction, applied: Applied, commit: BatchCommit
+) -> Outcome:
+    outcome = _outcome(raw, commit, Status.COMMITTED)
+    for load in plan.loads:
+        counts, version = applied.loads[load.ordinal]
+        outcome.actions.append(
+            ActionOutcome(
+                index=load.action_index,
+                operation=load.operation.value,
+                target=load.schema.name,
+                **counts,
+            )
+        )
+        outcome.table_versions[load.schema.name] = version
+    outcome.committed_at = commit.at
+    return outcome
 
 
 def _outcome(

@@ -130,13 +130,31 @@ class BatchCommit:
     query: str
     batch_id: int
     at: datetime
+    step: int = 0
+    """The step of the batch (``core.steps``): a batch writes a table at most once per step."""
 
     def app_id(self, path: str) -> str:
         """Delta ``txnAppId`` of this query's commits to the table at ``path``."""
         return f"{self.query}:{path}"
 
+    @property
+    def txn_version(self) -> int:
+        """Delta ``txnVersion``: grows with (batch id, step), so Delta skips a replayed commit."""
+        return (self.batch_id << STEP_BITS) | self.step
+
     def metadata(self) -> str:
-        return json.dumps({"cdc": self.query, "batchId": self.batch_id, "at": self.at.isoformat()})
+        return json.dumps(
+            {
+                "cdc": self.query,
+                "batchId": self.batch_id,
+                "step": self.step,
+                "at": self.at.isoformat(),
+            }
+        )
+
+
+STEP_BITS = 20
+"""Up to 2**20 steps per batch."""
 
 
 @contextmanager
@@ -144,7 +162,7 @@ def idempotent(spark: SparkSession, path: str, commit: BatchCommit) -> Iterator[
     """Within the block, Delta DML on ``path`` (MERGE, UPDATE, ...) is idempotent per batch id."""
     conf = {
         "spark.databricks.delta.write.txnAppId": commit.app_id(path),
-        "spark.databricks.delta.write.txnVersion": str(commit.batch_id),
+        "spark.databricks.delta.write.txnVersion": str(commit.txn_version),
         "spark.databricks.delta.commitInfo.userMetadata": commit.metadata(),
     }
     for key, value in conf.items():
@@ -156,26 +174,28 @@ def idempotent(spark: SparkSession, path: str, commit: BatchCommit) -> Iterator[
             spark.conf.unset(key)
 
 
-def find_batch_commit(
+def batch_commits(
     spark: SparkSession, path: str, query: str, batch_id: int
-) -> tuple[int, datetime] | None:
-    """(version, commit time) of this query's commit of ``batch_id`` to the table at ``path`` —
-    present when the batch is being replayed — or None."""
+) -> dict[int, tuple[int, datetime]]:
+    """step → (version, commit time) of this query's commits of ``batch_id`` to the table at
+    ``path``: present when the batch is being replayed after a crash."""
     rows = (
         DeltaTable.forPath(spark, path)
-        .history(50)
+        .history(200)
         .where(F.col("userMetadata").isNotNull())
         .select("version", "userMetadata")
         .collect()
     )
+    found: dict[int, tuple[int, datetime]] = {}
     for row in rows:
         try:
             meta = json.loads(row["userMetadata"])
         except (TypeError, ValueError):
             continue
         if isinstance(meta, dict) and meta.get("cdc") == query and meta.get("batchId") == batch_id:
-            return int(row["version"]), datetime.fromisoformat(meta["at"])
-    return None
+            step = int(meta.get("step", 0))
+            found[step] = (int(row["version"]), datetime.fromisoformat(meta["at"]))
+    return found
 
 
 def latest_version(spark: SparkSession, path: str) -> int:
@@ -197,7 +217,7 @@ def append(df: DataFrame, path: str, commit: BatchCommit) -> None:
         df.write.format("delta")
         .mode("append")
         .option("txnAppId", commit.app_id(path))
-        .option("txnVersion", commit.batch_id)
+        .option("txnVersion", commit.txn_version)
         .option("userMetadata", commit.metadata())
         .save(path)
     )

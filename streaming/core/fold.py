@@ -11,6 +11,10 @@ so applying many transactions together gives exactly what applying them one at a
 - PATCH only updates existing rows, and only the columns its source has; absent ids are ``skipped``.
 - INSERT_IGNORE leaves existing rows alone (``skipped``).
 - DELETE removes the row and writes a tombstone history entry with the last data and version + 1.
+- REPLACE (seed 000) writes with a version and created time decided for its whole scope: a
+  ``REPLACE`` change always bumps to ``change.version`` (even when the data is the same), keeps
+  ``change.created``; a ``REPLACE_DELETE`` removes a row of the scope the source lacks, with a
+  tombstone at ``change.version``.
 - Watermarks (seed 001), when the schema has watermark columns: per key the largest watermark
   wins; NULL is the smallest value; composite watermarks compare left to right. A change whose
   watermark is older than the key's (live row or tombstone) is ``stale`` and ignored; on a tie the
@@ -42,6 +46,8 @@ class ChangeKind(StrEnum):
     PATCH = "PATCH"
     DELETE = "DELETE"
     INSERT_IGNORE = "INSERT_IGNORE"
+    REPLACE = "REPLACE"
+    REPLACE_DELETE = "REPLACE_DELETE"
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,10 @@ class Change:
     flags: Mapping[str, int] | None = None
     """Extended format (seed 003) per column: bit 1 Missing = keep the stored value,
     bit 2 Aggregate = add to the stored value; 0 or absent = overwrite."""
+    version: int | None = None
+    """REPLACE / REPLACE_DELETE: the version the whole scope moves to."""
+    created: datetime | None = None
+    """REPLACE: the created time of the scope (its minimum; None = the commit time)."""
 
 
 @dataclass(frozen=True)
@@ -154,11 +164,17 @@ def apply_change(state: Stored, change: Change) -> tuple[Stored, Effect]:
     """The state after one change, and what the change did."""
     if _stale(state, change):
         return state, "stale"
-    if change.kind is ChangeKind.DELETE:
+    if change.kind is ChangeKind.REPLACE:
+        assert change.version is not None
+        created = change.created or change.at
+        new = Stored(dict(change.data or {}), change.version, created, change.at, change.watermark)
+        return new, "updated" if state.live else "inserted"
+    if change.kind in (ChangeKind.DELETE, ChangeKind.REPLACE_DELETE):
         if state.data is None:
             return state, "skipped"
         mark = change.watermark if change.watermark is not None else state.watermark
-        return Stored(None, state.version + 1, state.created, change.at, mark), "deleted"
+        version = change.version if change.version is not None else state.version + 1
+        return Stored(None, version, state.created, change.at, mark), "deleted"
     data = change.data or {}
     if change.flags:
         data = _with_flags(state, data, change.flags)
