@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from streaming.config import AppConfig, load_config
 from streaming.errors import CdcError
+from streaming.logs import configure_logging
 from streaming.outcomes import Outcome
 
 if TYPE_CHECKING:
@@ -21,26 +21,21 @@ if TYPE_CHECKING:
 DEFAULT_CONFIG = "cdc.yaml"
 
 
-def _config(path: str | None) -> AppConfig:
-    chosen = path or os.environ.get("CDC_CONFIG")
+def _config(args: argparse.Namespace) -> AppConfig:
+    """The config of ``--config`` (else $CDC_CONFIG, else ./cdc.yaml); logging set up by it."""
+    chosen = args.config or os.environ.get("CDC_CONFIG")
     if chosen is None and Path(DEFAULT_CONFIG).exists():
         chosen = DEFAULT_CONFIG
-    return load_config(chosen)
-
-
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    cfg = load_config(chosen)
+    configure_logging(cfg.log, verbose=args.verbose)
+    return cfg
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from streaming.job import Job
     from streaming.session import build_session
 
-    cfg = _config(args.config)
+    cfg = _config(args)
     spark = build_session(cfg.spark)
     Job.create(spark, cfg).run(once=args.once)
     return 0
@@ -57,7 +52,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from connectors.avro import codec_for
     from connectors.kafka_io import produce
 
-    cfg = _config(args.config)
+    cfg = _config(args)
     if cfg.kafka is None:
         raise CdcError("kafka: not configured; cannot publish", code="CONFIG_ERROR")
     codec = codec_for(cfg.kafka)
@@ -112,7 +107,7 @@ def _result_row(outcome: Outcome) -> list[object]:
 def cmd_results(args: argparse.Namespace) -> int:
     from streaming.display import format_table
 
-    cfg = _config(args.config)
+    cfg = _config(args)
     source: Iterable[Outcome]
     if cfg.kafka is not None:
         from connectors.kafka_io import read_outcomes
@@ -150,7 +145,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from streaming.session import build_session
     from streaming.tables import read_table
 
-    cfg = _config(args.config)
+    cfg = _config(args)
     layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
     path = (
         layout.history(args.dataset, args.schema)
@@ -169,6 +164,19 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from streaming.layout import Layout
+    from streaming.session import build_session
+    from streaming.status import collect_status, format_status
+
+    cfg = _config(args)
+    spark = build_session(cfg.spark)
+    layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
+    status = collect_status(spark, layout, batches=args.batches)
+    print(json.dumps(status, indent=2) if args.json else format_status(status))
+    return 0
+
+
 def cmd_maintain(args: argparse.Namespace) -> int:
     from streaming.display import format_table
     from streaming.job import load_datasets
@@ -178,7 +186,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
 
     if not args.optimize and args.vacuum is None:
         args.optimize = True
-    cfg = _config(args.config)
+    cfg = _config(args)
     layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
     spark = build_session(cfg.spark)
     done = maintain(
@@ -236,6 +244,16 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true", help="one JSON row per line")
     show.set_defaults(func=cmd_show)
 
+    stat = sub.add_parser(
+        "status", help="last batches, outcomes by status and the ledger's latest table versions"
+    )
+    stat.add_argument("--config", help="config file (default: $CDC_CONFIG or ./cdc.yaml)")
+    stat.add_argument(
+        "--batches", type=int, default=10, metavar="N", help="how many batches (default 10)"
+    )
+    stat.add_argument("--json", action="store_true", help="one JSON document")
+    stat.set_defaults(func=cmd_status)
+
     maint = sub.add_parser("maintain", help="OPTIMIZE / VACUUM every table (default: OPTIMIZE)")
     maint.add_argument("--config")
     maint.add_argument("--optimize", action="store_true", help="compact small files")
@@ -248,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _setup_logging(args.verbose)
+    configure_logging(verbose=args.verbose)  # until a config says otherwise (log.*)
     try:
         return int(args.func(args))
     except CdcError as e:

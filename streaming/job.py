@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
@@ -18,6 +18,7 @@ from streaming.config import AppConfig
 from streaming.core.batch import decode_json_request
 from streaming.errors import ConfigError
 from streaming.layout import Layout
+from streaming.observe import ProgressListener
 from streaming.sink import Sink
 from streaming.tables import (
     CURRENT_TABLE_PROPERTIES,
@@ -93,6 +94,11 @@ class Job:
     datasets: dict[str, Dataset]
     layout: Layout
     sink: Sink
+    listener: ProgressListener = field(init=False)
+    """Logs Spark's progress of the query (rates, duration, Kafka lag); its last entries."""
+
+    def __post_init__(self) -> None:
+        self.listener = ProgressListener(self.cfg.query_name)
 
     @classmethod
     def create(cls, spark: SparkSession, cfg: AppConfig) -> Job:
@@ -118,6 +124,7 @@ class Job:
         return cls(spark, cfg, datasets, layout, sink)
 
     def start(self, *, once: bool) -> StreamingQuery:
+        self.spark.streams.addListener(self.listener)  # `run` removes it when the query ends
         writer = (
             request_stream(self.spark, self.cfg)
             .writeStream.queryName(self.cfg.query_name)
@@ -136,7 +143,16 @@ class Job:
     def run(self, *, once: bool) -> None:
         """Run until stopped (or, with ``once``, until everything present is processed)."""
         query = self.start(once=once)
-        query.awaitTermination()
+        try:
+            query.awaitTermination()
+        finally:
+            self._stop_listening(query)
         error = query.exception()
         if error is not None:
             raise RuntimeError(f"streaming query failed: {error}")
+
+    def _stop_listening(self, query: StreamingQuery) -> None:
+        """Detach the listener once it has seen the query end (so it logged every batch)."""
+        if not query.isActive:
+            self.listener.terminated.wait(timeout=10)
+        self.spark.streams.removeListener(self.listener)

@@ -93,6 +93,9 @@ def test_avro_requests_and_outcomes_through_kafka(
     produce(cfg.kafka, cfg.kafka.transactions_topic, [("petstore", truncated)])
 
     job = ws.run_once(spark, cfg)
+    # The progress listener read the lag from Spark's Kafka offsets: nothing left behind.
+    assert job.listener.entries[-1]["lag"] == {cfg.kafka.transactions_topic: 0}
+    assert sum(e["inputRows"] for e in job.listener.entries) == 3
 
     dogs = job.layout.table("petstore", "petstore.Dog")
     rows = deltalake.DeltaTable(dogs).to_pyarrow_table(columns=["id", "version", "name"])
