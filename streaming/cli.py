@@ -200,6 +200,10 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="config file (default: $CDC_CONFIG, then ./cdc.yaml)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cdc",
@@ -210,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="start the streaming job")
-    run.add_argument("--config", help="config file (default: $CDC_CONFIG or ./cdc.yaml)")
+    _config_option(run)
     run.add_argument(
         "--once", action="store_true", help="process everything present (availableNow), then exit"
     )
@@ -225,20 +229,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="publish transaction requests (JSON lines) to Kafka, as Avro with kafka.format: avro",
     )
     pub.add_argument("files", nargs="+", help="files with one JSON request per line")
-    pub.add_argument("--config")
+    _config_option(pub)
     pub.set_defaults(func=cmd_publish)
 
     res = sub.add_parser("results", help="read outcome events")
-    res.add_argument("--config")
+    _config_option(res)
     res.add_argument("--follow", action="store_true", help="keep waiting for new outcomes")
     res.add_argument("--transaction", metavar="ID", help="only this transaction")
     res.add_argument("--json", action="store_true", help="one JSON event per line")
     res.set_defaults(func=cmd_results)
 
     show = sub.add_parser("show", help="print a table")
-    show.add_argument("dataset")
+    show.add_argument("dataset", help="dataset name, e.g. petstore")
     show.add_argument("schema", help="fully-qualified schema name, e.g. petstore.Dog")
-    show.add_argument("--config")
+    _config_option(show)
     show.add_argument("--version", type=int, help="Delta version to read (time travel)")
     show.add_argument("--history", action="store_true", help="the version history table")
     show.add_argument("--json", action="store_true", help="one JSON row per line")
@@ -247,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     stat = sub.add_parser(
         "status", help="last batches, outcomes by status and the ledger's latest table versions"
     )
-    stat.add_argument("--config", help="config file (default: $CDC_CONFIG or ./cdc.yaml)")
+    _config_option(stat)
     stat.add_argument(
         "--batches", type=int, default=10, metavar="N", help="how many batches (default 10)"
     )
@@ -255,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     stat.set_defaults(func=cmd_status)
 
     maint = sub.add_parser("maintain", help="OPTIMIZE / VACUUM every table (default: OPTIMIZE)")
-    maint.add_argument("--config")
+    _config_option(maint)
     maint.add_argument("--optimize", action="store_true", help="compact small files")
     maint.add_argument(
         "--vacuum", type=float, metavar="HOURS", help="remove files unreferenced for HOURS"

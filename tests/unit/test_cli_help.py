@@ -1,0 +1,74 @@
+"""``cdc --help`` and every subcommand's ``--help`` exit 0 and list every option they take.
+
+The subcommands are read from the parser, so a new one is covered without editing this test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streaming.cli import build_parser, main
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def option_names(parser: argparse.ArgumentParser) -> list[str]:
+    """What the help must show: every option string and every positional's name."""
+    names: list[str] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            names.extend(action.choices)
+        elif action.option_strings:
+            names.extend(action.option_strings)
+        else:
+            names.append(action.metavar or action.dest)
+    return names
+
+
+def help_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as done:
+        main([*argv, "--help"])
+    assert done.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_top_level_help_lists_every_subcommand_and_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = help_of([], capsys)
+    assert text.startswith("usage: cdc ")
+    for name in option_names(build_parser()):
+        assert name in text, name
+    for name in ("run", "demo", "publish", "results", "show", "maintain", "status"):
+        assert name in subcommands()
+
+
+@pytest.mark.parametrize("command", sorted(subcommands()))
+def test_subcommand_help_lists_its_options(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = help_of([command], capsys)
+    assert text.startswith(f"usage: cdc {command}")
+    parser = subcommands()[command]
+    for name in option_names(parser):
+        assert name in text, f"cdc {command} --help does not show {name}"
+    for action in parser._actions:
+        assert action.help, f"cdc {command}: {action.dest} has no help text"
+
+
+def test_the_installed_entry_point_prints_help() -> None:
+    cdc = Path(sys.executable).parent / "cdc"
+    if not cdc.exists():
+        pytest.skip("the cdc entry point is not installed in this environment")
+    done = subprocess.run([str(cdc), "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "usage: cdc" in done.stdout and "status" in done.stdout
