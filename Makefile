@@ -10,7 +10,7 @@ MVN     := mvn -B -q
 KAFKA_DIR ?= .kafka
 KAFKA_PORT ?= 9092
 
-.PHONY: setup jars demo test test-unit lint kafka-start kafka-stop clean
+.PHONY: setup jars demo test test-unit lint docs kafka-start kafka-stop clean
 
 setup: $(STAMP) jars
 
@@ -45,6 +45,9 @@ test-unit: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check streaming connectors tests
 	$(VENV)/bin/mypy
+
+docs: $(STAMP)
+	$(VENV)/bin/cdc config-reference --output docs/config.md
 
 kafka-start: setup
 	$(PY) -m connectors.kafka_broker start --dir $(KAFKA_DIR) --port $(KAFKA_PORT)

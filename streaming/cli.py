@@ -177,6 +177,26 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config_reference(args: argparse.Namespace) -> int:
+    from streaming.config_reference import render
+
+    text = render()
+    if args.check:
+        path = Path(args.output or "docs/config.md")
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            print(f"{path} is out of date: run `make docs`", file=sys.stderr)
+            return 1
+        print(f"{path} is up to date")
+    elif args.output:
+        path = Path(args.output)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def cmd_maintain(args: argparse.Namespace) -> int:
     from streaming.display import format_table
     from streaming.job import load_datasets
@@ -257,6 +277,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stat.add_argument("--json", action="store_true", help="one JSON document")
     stat.set_defaults(func=cmd_status)
+
+    ref = sub.add_parser(
+        "config-reference", help="print the reference of every config key (docs/config.md)"
+    )
+    ref.add_argument("--output", metavar="FILE", help="write it to FILE instead of stdout")
+    ref.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 if FILE (default docs/config.md) differs from the generated text",
+    )
+    ref.set_defaults(func=cmd_config_reference)
 
     maint = sub.add_parser("maintain", help="OPTIMIZE / VACUUM every table (default: OPTIMIZE)")
     _config_option(maint)

@@ -42,21 +42,25 @@ class AvroConfig(_Strict):
 
     registry_url: str | None = Field(
         None,
-        description="Schema registry URL: schemas are fetched by id (GET /schemas/ids/{id}) "
-        "and cached; a missing request/outcome schema id is registered under <topic>-value",
+        description="Schema registry URL: schemas are fetched by id (`GET /schemas/ids/{id}`) "
+        "and cached; a missing request/outcome schema id is obtained by registering the "
+        "shipped schema under `<topic>-value`",
     )
     schemas: dict[int, str] = Field(
         default_factory=dict,
-        description="Local schemas, id -> .avsc file (or builtin:transaction_request, "
-        "builtin:outcome); used instead of a registry",
+        description="Local schemas, id → `.avsc` file (or `builtin:transaction_request`, "
+        "`builtin:outcome`); looked up before the registry",
     )
     request_schema_id: int | None = Field(
-        None, ge=0, description="Schema id `cdc publish` writes requests with"
+        None,
+        ge=0,
+        description="Schema id `cdc publish` writes requests with (without one: registered)",
     )
     outcome_schema_id: int | None = Field(
         None,
         ge=0,
-        description="Schema id the job writes outcomes with (required without registry_url)",
+        description="Schema id the job writes outcomes with (required without `registry_url`; "
+        "with a registry and none: registered)",
     )
 
     @field_validator("request_schema_id", "outcome_schema_id")
@@ -73,9 +77,15 @@ class KafkaConfig(_Strict):
     """Kafka topics for transaction requests and outcome events."""
 
     bootstrap: str = Field(description="Kafka bootstrap servers, host:port[,host:port]")
-    transactions_topic: str = Field("cdc.transactions", description="Topic of transaction requests")
-    outcomes_topic: str = Field("cdc.outcomes", description="Topic of outcome events")
-    format: Literal["json", "avro"] = Field("json", description="Message format")
+    transactions_topic: str = Field(
+        "cdc.transactions", description="Topic of transaction requests (key = dataset)"
+    )
+    outcomes_topic: str = Field(
+        "cdc.outcomes", description="Topic of outcome events (key = transactionId)"
+    )
+    format: Literal["json", "avro"] = Field(
+        "json", description="Message format: JSON, or Avro in the Confluent wire format"
+    )
     starting_offsets: Literal["earliest", "latest"] = Field(
         "earliest", description="Where a new checkpoint starts reading the requests topic"
     )
@@ -84,12 +94,12 @@ class KafkaConfig(_Strict):
     )
     options: dict[str, str] = Field(
         default_factory=dict,
-        description="Extra Kafka client options passed through (e.g. security.protocol, sasl.*)",
+        description="Extra Kafka client options passed through (`security.protocol`, `sasl.*`, …)",
     )
     avro: AvroConfig | None = Field(
         None,
         validate_default=True,
-        description="Avro schemas (required with format avro: registry_url or schemas)",
+        description="Avro schemas; required with `format: avro` (`registry_url` or `schemas`)",
     )
 
     @field_validator("avro")
@@ -110,14 +120,20 @@ class KafkaConfig(_Strict):
 class LandingConfig(_Strict):
     """Landing folders watched by the job."""
 
-    transactions: str | None = Field(None, description="Folder of request files (JSON lines)")
-    dms: str | None = Field(None, description="Landing zone of DMS Parquet change files")
+    transactions: str | None = Field(
+        None, description="Folder of request files (JSON lines, `*.json*`)"
+    )
+    dms: str | None = Field(
+        None, description="DMS landing zone: `<dataset>/<schema path>/*.parquet`"
+    )
     max_files_per_trigger: int | None = Field(
         None, gt=0, description="Upper bound of landing files read per micro-batch"
     )
 
 
 class TriggerConfig(_Strict):
+    """When the continuous query starts a micro-batch (`cdc run --once` ignores it)."""
+
     interval: str = Field("5 seconds", description="Processing-time trigger interval")
 
     @field_validator("interval")
@@ -130,12 +146,18 @@ class TriggerConfig(_Strict):
 
 
 class SparkConfig(_Strict):
-    master: str | None = Field("local[2]", description="Spark master; null = leave to spark-submit")
+    """The Spark session of the job and of the commands that read tables."""
+
+    master: str | None = Field(
+        "local[2]", description="Spark master; null = leave it to spark-submit"
+    )
     app_name: str = Field("cdc-processor", description="Spark application name")
-    shuffle_partitions: int = Field(4, gt=0, description="spark.sql.shuffle.partitions")
+    shuffle_partitions: int = Field(4, gt=0, description="`spark.sql.shuffle.partitions`")
     ui: bool = Field(False, description="Start the Spark UI")
     jars_dir: str | None = Field(
-        None, description="Folder of extra jars (default: ./jars/spark of the installation)"
+        None,
+        description="Folder of jars added to the session when `master` is set "
+        "(default: `./jars/spark` of the installation)",
     )
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark configuration")
 
@@ -144,10 +166,10 @@ class LogConfig(_Strict):
     """Logging of the job and the command line."""
 
     format: Literal["text", "json"] = Field(
-        "text", description="text lines, or one JSON object per line (structured logging)"
+        "text", description="Text lines, or one JSON object per line (structured logging)"
     )
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
-        "INFO", description="Log level of the job's own loggers (-v forces DEBUG)"
+        "INFO", description="Log level (`-v` forces DEBUG)"
     )
 
     @field_validator("level", mode="before")
@@ -160,24 +182,27 @@ class AppConfig(_Strict):
     """Top-level configuration of the CDC processor (``cdc.yaml``)."""
 
     warehouse: str = Field(
-        description="Root of the Delta tables: a local path or s3a://bucket/prefix"
+        description="Root of the Delta tables: a local path or `s3a://bucket/prefix`"
     )
     checkpoints: str = Field(description="Root of the streaming checkpoints")
     datasets: dict[str, str] = Field(
-        default_factory=dict, description="Dataset name -> dataset definition YAML file"
+        default_factory=dict, description="Dataset name → dataset definition YAML file"
     )
     landing: LandingConfig = Field(default_factory=LandingConfig)
     kafka: KafkaConfig | None = Field(None, description="Absent = landing folders only")
     allowed_locations: list[str] = Field(
-        default_factory=list, description="locationUri must resolve under one of these"
+        default_factory=list,
+        description="A `locationUri` must resolve (after `..` and symlinks) under one of these",
     )
     trigger: TriggerConfig = Field(default_factory=TriggerConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     log: LogConfig = Field(default_factory=LogConfig)
-    query_name: str = Field("cdc", description="Name of the streaming query (and its checkpoint)")
+    query_name: str = Field(
+        "cdc", description="Streaming query name; its checkpoint is `<checkpoints>/<query_name>`"
+    )
     base_dir: str = Field(
         "",
-        description="Relative paths and locationUris resolve here (default: the config's folder)",
+        description="Relative paths and `locationUri`s resolve here (default: the config's folder)",
     )
 
     @field_validator("datasets")
