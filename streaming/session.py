@@ -28,6 +28,9 @@ _BASE_CONF = {
     # Readers outside Spark (delta-rs, Trino) must read what we write: keep default table features.
     "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",
     "spark.ui.showConsoleProgress": "false",
+    # Delta's SQL parser drops the parameters of spark.sql(text, args) (delta-io/delta#7640);
+    # query schemas bind ${arg} as parameters, which this legacy substitution keeps working.
+    "spark.sql.legacy.parameterSubstitution.constantsOnly": "true",
 }
 
 _LOCAL_CONF = {
