@@ -106,3 +106,20 @@ def test_extended_flags_on_a_new_row_missing_is_null_and_aggregate_is_the_value(
         1, "tx", ChangeKind.UPSERT, T1, {"age": 5, "balance": 7}, flags={"age": 1, "balance": 2}
     )
     assert fold(Stored(), [write]).final.data == {"age": None, "balance": 7}
+
+
+def test_replace_always_bumps_to_the_scope_version_keeping_the_scope_created() -> None:
+    stored = Stored({"name": "Toodles"}, 1, T0, T0)
+    same = Change(1, "tx", ChangeKind.REPLACE, T1, {"name": "Toodles"}, version=12, created=T0)
+    out = fold(stored, [same])
+    assert (out.final.version, out.final.created, out.final.updated) == (12, T0, T1)
+    assert out.effects == [(1, "updated")]  # even with the same data
+
+
+def test_replace_delete_tombstone_carries_the_scope_version_and_last_data() -> None:
+    stored = Stored({"name": "Raffles"}, 1, T1, T1)
+    out = fold(stored, [Change(1, "tx", ChangeKind.REPLACE_DELETE, T1, version=12)])
+    assert not out.final.live and out.final.version == 12
+    assert [(h.version, h.data, h.deleted) for h in out.history] == [
+        (12, {"name": "Raffles"}, True)
+    ]
