@@ -145,6 +145,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     from streaming.session import build_session
     from streaming.tables import read_table
 
+    if args.consistent and (args.history or args.version is not None):
+        raise CdcError(
+            "--consistent reads the current table at the ledger's version: "
+            "not with --version or --history",
+            code="USAGE_ERROR",
+        )
     cfg = _config(args)
     layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
     path = (
@@ -153,7 +159,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         else layout.table(args.dataset, args.schema)
     )
     spark = build_session(cfg.spark)
-    df = read_table(spark, path, args.version)
+    version = args.version
+    if args.consistent:
+        from streaming.consistent import CREATED_VERSION, consistent_versions
+
+        version = consistent_versions(spark, layout).get(path, CREATED_VERSION)
+        print(f"{args.schema} at version {version} (the ledger's last batch)", file=sys.stderr)
+    df = read_table(spark, path, version)
     order = ["id", "version"] if "version" in df.columns else df.columns[:1]
     rows = df.orderBy(*order).collect()
     if args.json:
@@ -265,6 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
     _config_option(show)
     show.add_argument("--version", type=int, help="Delta version to read (time travel)")
     show.add_argument("--history", action="store_true", help="the version history table")
+    show.add_argument(
+        "--consistent",
+        action="store_true",
+        help="read the table at the version the ledger recorded for the last completed batch "
+        "(consistent with every other table read this way)",
+    )
     show.add_argument("--json", action="store_true", help="one JSON row per line")
     show.set_defaults(func=cmd_show)
 

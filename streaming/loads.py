@@ -11,9 +11,10 @@ import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, LongType, MapType, StringType
+from pyspark.sql.types import ArrayType, DataType, LongType, MapType, StringType, StructType
 
 from streaming.apply import SEQ_SHIFT
 from streaming.catalog import SchemaDef
@@ -134,6 +135,17 @@ def load_changes(spark: SparkSession, load: Load, reader: Reader) -> DataFrame:
     types = {f.name: f.dataType for f in schema.spark_schema().fields}
     # DELETE needs only ids; PATCH writes only the columns its source has.
     present = [] if load.kind is ChangeKind.DELETE else [p for p in props if p in sources]
+    uncastable = {
+        p: raw.schema[sources[p]].dataType.simpleString()
+        for p in present
+        if not _castable(raw, sources[p], types[p])
+    }
+    if uncastable:
+        raise RejectedError(
+            f"{_describe(load)}: the column types of {uncastable} cannot hold the schema's types "
+            f"{ {p: types[p].simpleString() for p in uncastable} }",
+            code="TYPE_MISMATCH",
+        )
     values: dict[str, Column] = {p: F.lit(None).cast(types[p]) for p in props}
     bad: list[Column] = []
     for prop in present:
@@ -175,6 +187,23 @@ def load_changes(spark: SparkSession, load: Load, reader: Reader) -> DataFrame:
         corrupt.alias("__corrupt"),
     )
     return _with_scope_deletes(load, reader, changes, version)
+
+
+_NESTED = (ArrayType, MapType, StructType)
+
+
+def _castable(raw: DataFrame, column: str, target: DataType) -> bool:
+    """Whether values of ``raw``'s ``column`` can be cast to ``target`` at all (value by value,
+    ``try_cast`` then decides): never a nested value into a scalar property or back (Spark would
+    print a struct as a string), nor a cast Spark refuses (an array into an integer)."""
+    source = raw.schema[column].dataType
+    if isinstance(source, _NESTED) != isinstance(target, _NESTED):
+        return False
+    try:
+        raw.select(F.col(f"`{column}`").try_cast(target))
+    except AnalysisException:
+        return False
+    return True
 
 
 def _replace_version(

@@ -135,9 +135,21 @@ class PlannedTransaction:
     loads: list[Load]
 
 
+READABLE_SCHEMES = frozenset({"file", "s3a", "s3", "gs", "abfs", "abfss", "hdfs", "wasbs"})
+"""URI schemes of the file systems data is read from (Hadoop's), besides local paths; the schemes
+of ``allowed_locations`` are readable too. Any other scheme is UNSUPPORTED_SCHEME."""
+
+
 def resolve_location(uri: str, *, base_dir: str, allowed: list[str]) -> Location:
     """Resolve ``uri`` and check it lies under an allowed location (after ``..`` and symlinks)."""
     parsed = urlparse(uri)
+    readable = READABLE_SCHEMES | {urlparse(a).scheme for a in allowed if "://" in a}
+    if parsed.scheme and parsed.scheme not in readable:
+        raise RejectedError(
+            f"locationUri {uri!r}: the scheme {parsed.scheme!r} is not one data is read from "
+            f"({', '.join(sorted(readable))} or a local path)",
+            code="UNSUPPORTED_SCHEME",
+        )
     if parsed.scheme in ("", "file"):
         raw = parsed.path if parsed.scheme == "file" else uri
         path = os.path.realpath(os.path.join(base_dir, os.path.expanduser(raw)))

@@ -16,14 +16,19 @@ import json
 import re
 from enum import StrEnum
 from typing import Any
+from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from streaming.core.columns import ColumnFormat
 from streaming.errors import RejectedError
 
 MAX_REQUEST_BYTES = 1_000_000
 """A request names its data by location; a message this large is a mistake (MESSAGE_TOO_LARGE)."""
+MAX_DEPTH = 64
+"""Objects and arrays nested deeper than this are refused (TOO_DEEPLY_NESTED): no request needs
+it, and Python's JSON parser would otherwise fail with a RecursionError."""
 
 
 class Operation(StrEnum):
@@ -67,10 +72,26 @@ class Action(BaseModel):
     def _upper(cls, value: Any) -> Any:
         return value.upper() if isinstance(value, str) else value
 
+    @field_validator("location_uri")
+    @classmethod
+    def _location_syntax(cls, value: str | None) -> str | None:
+        """INVALID_LOCATION: empty, control characters, or not a URI at all."""
+        if value is None:
+            return value
+        if not value.strip():
+            raise PydanticCustomError("invalid_location", "must not be empty")
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+            raise PydanticCustomError("invalid_location", "must not hold control characters")
+        try:
+            urlparse(value)
+        except ValueError as e:
+            raise PydanticCustomError(
+                "invalid_location", "not a valid URI: {why}", {"why": str(e)}
+            ) from e
+        return value
+
     @model_validator(mode="after")
     def _has_a_source(self) -> Action:
-        if self.location_uri is not None and not self.location_uri.strip():
-            raise ValueError("locationUri: must not be empty")
         if self.operation in (Operation.DELETE_RECORD, Operation.REFRESH):
             if not self.target:
                 raise ValueError(f"target: required for {self.operation}")
@@ -114,6 +135,8 @@ def _error_code(error: ValidationError) -> str:
         return _TOP_LEVEL_CODES.get(field, "MISSING_FIELD")
     if kind == "extra_forbidden":
         return "UNKNOWN_FIELD"
+    if kind == "invalid_location":
+        return "INVALID_LOCATION"
     if field == "operation" and kind == "enum":
         return "UNKNOWN_OPERATION"
     if field == "format" and kind == "enum":
@@ -150,6 +173,45 @@ def decode_json(payload: bytes) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise RejectedError(f"request is not valid JSON: {e}", code="INVALID_JSON") from e
+    except RecursionError as e:
+        raise _too_deep() from e
+
+
+def _too_deep() -> RejectedError:
+    return RejectedError(
+        f"request nests objects/arrays deeper than {MAX_DEPTH} levels", code="TOO_DEEPLY_NESTED"
+    )
+
+
+def _is_unicode(text: str) -> bool:
+    """False for a string holding a lone surrogate (JSON ``"\\ud800"``): not Unicode text, it
+    cannot be written as UTF-8 (to the outcome, the ledger, Spark)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_structure(value: Any) -> None:
+    """TOO_DEEPLY_NESTED beyond ``MAX_DEPTH``; INVALID_ENCODING for a key or string value that is
+    not Unicode (an escaped lone surrogate). Iterative: no recursion on hostile input."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if not _is_unicode(item):
+                raise RejectedError(
+                    "request holds a string that is not Unicode (a lone surrogate escape)",
+                    code="INVALID_ENCODING",
+                )
+            continue
+        if not isinstance(item, (dict, list)):
+            continue
+        if depth > MAX_DEPTH:
+            raise _too_deep()
+        children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children)
 
 
 def parse_request(payload: bytes) -> TransactionRequest:
@@ -162,6 +224,7 @@ def validate_request(value: Any) -> TransactionRequest:
     after decoding (NOT_AN_OBJECT, MISSING_TRANSACTION_ID, UNKNOWN_FIELD, ...)."""
     if not isinstance(value, dict):
         raise RejectedError("a request must be a JSON object", code="NOT_AN_OBJECT")
+    _check_structure(value)
     try:
         return TransactionRequest.model_validate(value)
     except ValidationError as e:
@@ -171,7 +234,7 @@ def validate_request(value: Any) -> TransactionRequest:
 def transaction_id_of(value: Any) -> str | None:
     """The transactionId of a decoded request that may be invalid otherwise, if it has one."""
     tid = value.get("transactionId") if isinstance(value, dict) else None
-    return tid if isinstance(tid, str) and tid else None
+    return tid if isinstance(tid, str) and tid and _is_unicode(tid) else None
 
 
 _ID_PATTERN = re.compile(rb'"transactionId"\s*:\s*"((?:[^"\\]|\\.){1,256})"')
@@ -182,7 +245,7 @@ def salvage_transaction_id(payload: bytes) -> str | None:
     so its REJECTED outcome can still be correlated by the sender."""
     try:
         value = json.loads(payload.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         match = _ID_PATTERN.search(payload)
         if match is None:
             return None
@@ -190,5 +253,5 @@ def salvage_transaction_id(payload: bytes) -> str | None:
             found = json.loads(b'"' + match.group(1) + b'"')
         except (UnicodeDecodeError, json.JSONDecodeError):
             return None
-        return found if isinstance(found, str) and found else None
+        return found if isinstance(found, str) and found and _is_unicode(found) else None
     return transaction_id_of(value)
