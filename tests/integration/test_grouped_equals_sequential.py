@@ -2,9 +2,12 @@
 sequences applied together in ONE micro-batch by the Spark engine give exactly what an
 independent one-transaction-at-a-time model gives — rows, versions, history and outcome counts.
 
-Each generated sequence works on its own ids (prefixed with its number), so all of them can share
-one batch and one Spark run; inside a sequence, transactions hit the same few ids in a generated
-order, which is where grouping could go wrong.
+Each generated sequence works on its own ids (prefixed with its number) and its own group
+(``grp``), so all of them can share one batch and one Spark run; inside a sequence, transactions
+hit the same few ids in a generated order, which is where grouping could go wrong. A sequence's
+MERGE reads its group of the source schema ``Src`` (written by an earlier batch) and deletes the
+rows of its group that the source lacks: it reads the table the batch writes, so the batch is cut
+into segments there (``core.steps``) — which this test proves keeps the sequential meaning.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ pytestmark = pytest.mark.spark
 
 SEQUENCES = 200
 IDS = ["a", "b", "c"]
-OPS = ["UPSERT", "PATCH", "DELETE", "INSERT_IGNORE"]
+OPS = ["UPSERT", "PATCH", "DELETE", "INSERT_IGNORE", "MERGE"]
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 row = st.fixed_dictionaries(
@@ -41,7 +44,20 @@ row = st.fixed_dictionaries(
 transaction = st.tuples(
     st.sampled_from(OPS), st.lists(row, min_size=1, max_size=3, unique_by=lambda r: r["id"])
 )
-sequence = st.lists(transaction, min_size=1, max_size=4)
+sequence = st.tuples(
+    st.lists(row, max_size=3, unique_by=lambda r: r["id"]),  # the sequence's rows of Src
+    st.lists(transaction, min_size=1, max_size=4),
+)
+DATASET = """\
+petstore.Dog:
+  properties: {name: {type: string}, age: {type: integer}, grp: {type: string}}
+petstore.Src:
+  properties: {name: {type: string}, age: {type: integer}, grp: {type: string}}
+  queries:
+    inGroup:
+      arguments: [{name: g, type: string}]
+      expression: grp == g
+"""
 
 
 @dataclass
@@ -52,20 +68,19 @@ class Model:
     tomb: dict[str, int] = field(default_factory=dict)
     history: list[tuple[str, int, str, str]] = field(default_factory=list)
 
-    def apply(self, tid: str, op: str, rows: list[dict[str, Any]]) -> dict[str, int]:
+    def apply(self, tid: str, op: str, rows: list[dict[str, Any]], group: str) -> dict[str, int]:
         counts = dict.fromkeys(["inserted", "updated", "deleted", "unchanged", "skipped"], 0)
+        if op == "MERGE":  # rows: the group's source rows; the rest of the group is deleted
+            keep = {r["id"] for r in rows}
+            for key in [k for k, (d, _) in self.live.items() if d["grp"] == group]:
+                if key not in keep:
+                    self._delete(tid, key, counts)
+            op = "UPSERT"
         for r in rows:
             key = r["id"]
             current = self.live.get(key)
             if op == "DELETE":
-                if current is None:
-                    counts["skipped"] += 1
-                    continue
-                version = current[1] + 1
-                del self.live[key]
-                self.tomb[key] = version
-                self.history.append((key, version, "d", tid))
-                counts["deleted"] += 1
+                self._delete(tid, key, counts)
                 continue
             if op == "PATCH":
                 if current is None:
@@ -76,7 +91,7 @@ class Model:
                 counts["skipped"] += 1
                 continue
             else:
-                data = {"name": r["name"], "age": r["age"]}
+                data = {"name": r["name"], "age": r["age"], "grp": r["grp"]}
             if current is None:
                 version = self.tomb.pop(key, 0) + 1
                 self.live[key] = (data, version)
@@ -89,6 +104,15 @@ class Model:
                 self.history.append((key, current[1] + 1, "u", tid))
                 counts["updated"] += 1
         return counts
+
+    def _delete(self, tid: str, key: str, counts: dict[str, int]) -> None:
+        current = self.live.pop(key, None)
+        if current is None:
+            counts["skipped"] += 1
+            return
+        self.tomb[key] = current[1] + 1
+        self.history.append((key, current[1] + 1, "d", tid))
+        counts["deleted"] += 1
 
 
 def generated_sequences(count: int) -> list[Any]:
@@ -116,36 +140,51 @@ def test_grouped_batch_equals_one_transaction_at_a_time(
 ) -> None:
     sequences = generated_sequences(SEQUENCES)
     assert len(sequences) == SEQUENCES
-    assert {op for txs in sequences for op, _ in txs} == set(OPS)
-    assert sum(len(txs) >= 3 for txs in sequences) >= SEQUENCES // 10
+    assert {op for _, txs in sequences for op, _ in txs} == set(OPS)
+    assert sum(len(txs) >= 3 for _, txs in sequences) >= SEQUENCES // 10
     ws = Workspace(tmp_path_factory.mktemp("grouped"))
-    ws.dataset(
-        "petstore",
-        "petstore.Dog:\n  properties:\n    name: {type: string}\n    age: {type: integer}\n",
-    )
+    ws.dataset("petstore", DATASET)
     model = Model()
     expected_counts: dict[str, dict[str, int]] = {}
     lines: list[str] = []
-    for s, txs in enumerate(sequences):
+    sources: list[dict[str, Any]] = []
+    for s, (src, txs) in enumerate(sequences):
+        group = f"s{s}"
+        source = [{**r, "id": f"s{s}-{r['id']}", "grp": group} for r in src]
+        sources.extend(source)
         for t, (op, rows) in enumerate(txs):
             tid = f"s{s}-t{t}"
-            prefixed = [{**r, "id": f"s{s}-{r['id']}"} for r in rows]
-            data = [
-                {"id": r["id"]}
-                if op == "DELETE"
-                else {"id": r["id"], "age": r["age"]}
-                if op == "PATCH"
-                else r
-                for r in prefixed
-            ]
-            ws.data(f"{tid}/petstore/Dog/part.json", *data)
-            action = {"operation": op, "locationUri": f"./data/{tid}", "format": "JSON"}
+            prefixed = [{**r, "id": f"s{s}-{r['id']}", "grp": group} for r in rows]
+            if op == "MERGE":
+                action: dict[str, Any] = {
+                    "operation": "MERGE",
+                    "source": "petstore.Src",
+                    "target": "petstore.Dog",
+                    "query": "inGroup",
+                    "arguments": {"g": group},
+                }
+                prefixed = source
+            else:
+                data = [
+                    {"id": r["id"]}
+                    if op == "DELETE"
+                    else {"id": r["id"], "age": r["age"]}
+                    if op == "PATCH"
+                    else r
+                    for r in prefixed
+                ]
+                ws.data(f"{tid}/petstore/Dog/part.json", *data)
+                action = {"operation": op, "locationUri": f"./data/{tid}", "format": "JSON"}
             lines.append(request(tid, action))
-            expected_counts[tid] = model.apply(tid, op, prefixed)
+            expected_counts[tid] = model.apply(tid, op, prefixed, group)
 
     job = Job.create(spark, ws.config())
+    ws.data("src/petstore/Src/part.json", *sources, {"id": "unused", "grp": "none"})
+    setup = request("setup", {"operation": "UPSERT", "locationUri": "./data/src", "format": "JSON"})
+    first = job.sink.process(split_landing_file("file:/l/src.jsonl", T0, setup.encode(), T0), 0)
+    assert [o.status for o in first] == [Status.COMMITTED]
     body = ("\n".join(lines) + "\n").encode()
-    outcomes = job.sink.process(split_landing_file("file:/l/all.jsonl", T0, body, T0), 0)
+    outcomes = job.sink.process(split_landing_file("file:/l/all.jsonl", T0, body, T0), 1)
 
     assert all(o.status is Status.COMMITTED for o in outcomes), [
         o.error for o in outcomes if o.error
@@ -158,8 +197,8 @@ def test_grouped_batch_equals_one_transaction_at_a_time(
 
     paths = job.layout.object_table("petstore", "petstore.Dog")
     current = deltalake.DeltaTable(paths.current).to_pyarrow_table().to_pylist()
-    assert sorted((r["id"], r["version"], r["name"], r["age"]) for r in current) == sorted(
-        (k, v, d["name"], d["age"]) for k, (d, v) in model.live.items()
+    assert sorted((r["id"], r["version"], r["name"], r["age"], r["grp"]) for r in current) == (
+        sorted((k, v, d["name"], d["age"], d["grp"]) for k, (d, v) in model.live.items())
     )
     history = deltalake.DeltaTable(paths.history).to_pyarrow_table().to_pylist()
     assert sorted((h["id"], h["version"], h["__op"], h["__transaction_id"]) for h in history) == (
