@@ -11,6 +11,7 @@ KAFKA_DIR ?= .kafka
 KAFKA_PORT ?= 9092
 
 .PHONY: setup jars demo test test-unit lint docs kafka-start kafka-stop clean
+.PHONY: bench bench-quick
 
 setup: $(STAMP) jars
 
@@ -57,3 +58,11 @@ kafka-stop: $(STAMP)
 
 clean:
 	rm -rf $(VENV) jars .pytest_cache .mypy_cache .ruff_cache
+
+# Benchmarks (BENCHMARKS.md): ours vs naive MERGE per transaction, blind append and delta-rs,
+# side by side in one run; prints a table and writes bench/results.json.
+bench: setup
+	$(PY) -m bench
+
+bench-quick: setup
+	$(PY) -m bench --quick

@@ -1,0 +1,92 @@
+"""Our path: a workspace (config, dataset, seeded tables, landing files) and one timed run of
+the job (``Job.create(spark, cfg).run(once=True)``), profiled, with its outcomes counted."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from bench.profile import Profiler
+from streaming.config import AppConfig, parse_config
+from streaming.job import Job
+from streaming.tables import read_table
+
+
+@dataclass
+class Workspace:
+    """A folder under /tmp holding one contender's config, dataset, tables and landing files."""
+
+    root: Path
+    dataset: str
+    yaml_text: str
+
+    def __post_init__(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / f"{self.dataset}.yaml").write_text(self.yaml_text)
+
+    @property
+    def landing(self) -> Path:
+        return self.root / "landing" / "transactions"
+
+    @property
+    def dms(self) -> Path:
+        return self.root / "landing" / "dms"
+
+    def config(self, **overrides: Any) -> AppConfig:
+        data: dict[str, Any] = {
+            "warehouse": "./warehouse",
+            "checkpoints": "./checkpoints",
+            "datasets": {self.dataset: f"{self.dataset}.yaml"},
+            "allowed_locations": ["./data"],
+            **overrides,
+        }
+        return parse_config(data, base=self.root, environ={})
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@dataclass
+class OurRun:
+    seconds: float
+    statuses: dict[str, int]
+    counts: dict[str, int]
+    """Action counts over the committed outcomes: inserted, updated, deleted, stale, ..."""
+    batches: list[tuple[int, int, float]]
+    profile: list[dict[str, Any]]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "seconds": round(self.seconds, 3),
+            "statuses": self.statuses,
+            "counts": self.counts,
+            "batches": [
+                {"batchId": b, "transactions": n, "seconds": s} for b, n, s in self.batches
+            ],
+            "profile": self.profile,
+        }
+
+
+def run_job(spark: SparkSession, job: Job, *, count_jobs: bool = True) -> OurRun:
+    """Run ``job`` once over everything present (files dropped before: first request in is the
+    start), profiled; then read its outcomes (not timed)."""
+    with Profiler(spark, count_jobs=count_jobs) as profiler:
+        started = time.perf_counter()
+        job.run(once=True)
+        seconds = time.perf_counter() - started
+    outcomes = read_table(spark, job.layout.outcomes)
+    statuses = {r["status"]: int(r["count"]) for r in outcomes.groupBy("status").count().collect()}
+    counts: Counter[str] = Counter()
+    from streaming.outcomes import Outcome
+
+    for row in outcomes.where("status = 'COMMITTED'").select("outcome").collect():
+        for action in Outcome.from_json(row["outcome"]).actions:
+            for effect in ("inserted", "updated", "deleted", "unchanged", "skipped", "stale"):
+                counts[effect] += int(getattr(action, effect))
+    return OurRun(seconds, statuses, dict(counts), profiler.batches(), profiler.report())

@@ -1,0 +1,164 @@
+"""Where the time of our path goes: timers wrapped around the sink's steps, in-process.
+
+Nothing in ``streaming/`` changes: while a ``Profiler`` is active it replaces a few attributes
+(the sink's step methods, the functions the sink and ``streaming.apply`` call, and
+``DataFrame.localCheckpoint``, which is where the fold runs) with timing wrappers, and puts
+them back on exit. Each region records its wall time (inclusive of nested regions), how often
+it ran, and how many Spark jobs started inside it (job ids are sequential: the scheduler's
+next job id before and after; the UI is off). The sink's own "batch N: ... s" log lines are
+captured too.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+BATCH_LINE = re.compile(r"^batch (\d+): (\d+) transactions .* ([0-9.]+)s$")
+
+
+@dataclass
+class Region:
+    seconds: float = 0.0
+    calls: int = 0
+    jobs: int = 0
+
+
+@dataclass
+class Profiler:
+    spark: SparkSession
+    count_jobs: bool = True
+    regions: dict[tuple[str, ...], Region] = field(default_factory=dict)
+    batch_lines: list[str] = field(default_factory=list)
+    _stack: list[str] = field(default_factory=list)
+    _patched: list[tuple[Any, str, Any]] = field(default_factory=list)
+
+    def last_job(self) -> int:
+        """Spark's next job id (the status tracker only lists jobs by group, and a streaming
+        query runs its batches' jobs in a group of its own)."""
+        scheduler = self.spark.sparkContext._jsc.sc().dagScheduler()  # type: ignore[union-attr]
+        return int(scheduler.nextJobId())
+
+    @contextmanager
+    def region(self, name: str, *, jobs: bool = True) -> Iterator[None]:
+        self._stack.append(name)
+        path = tuple(self._stack)
+        entry = self.regions.setdefault(path, Region())  # parents are listed before children
+        count = jobs and self.count_jobs
+        first = self.last_job() if count else 0
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - started
+            entry.seconds += spent
+            entry.calls += 1
+            if count:
+                entry.jobs += self.last_job() - first
+            self._stack.pop()
+
+    def wrap(self, owner: Any, attr: str, name: str, *, jobs: bool = True) -> None:
+        original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+        if isinstance(original, classmethod):
+            func = original.__func__
+
+            @functools.wraps(func)
+            def cls_timed(*args: Any, **kwargs: Any) -> Any:
+                with self.region(name, jobs=jobs):
+                    return func(*args, **kwargs)
+
+            setattr(owner, attr, classmethod(cls_timed))
+        else:
+
+            @functools.wraps(original)
+            def timed(*args: Any, **kwargs: Any) -> Any:
+                with self.region(name, jobs=jobs):
+                    return original(*args, **kwargs)
+
+            setattr(owner, attr, timed)
+        self._patched.append((owner, attr, original))
+
+    def __enter__(self) -> Profiler:
+        from streaming import apply, ledger, sink, system, timeline
+
+        sink_cls = sink.Sink
+        self.wrap(sink_cls, "__call__", "sink (foreachBatch)")
+        self.wrap(sink_cls, "_triage", "triage: parse + ledger lookup")
+        self.wrap(sink_cls, "_plan", "plan + validate")
+        self.wrap(timeline.Timeline, "open", "timeline: versions of the tables")
+        self.wrap(sink_cls, "_load", "load: read data + checks")
+        self.wrap(sink, "load_changes", "read + infer schema, per load", jobs=False)
+        self.wrap(sink, "check_loads", "check rows (1 job)")
+        self.wrap(sink_cls, "_apply_wave", "apply: fold + MERGE per table")
+        self.wrap(sink, "apply_to_object_table", "apply to one object table")
+        self.wrap(DataFrame, "localCheckpoint", "join stored state + fold (mapInArrow)")
+        self.wrap(apply, "_merge", "MERGE current + tombstones")
+        self.wrap(sink, "append_history", "append history")
+        self.wrap(sink_cls, "_outcomes", "build outcomes")
+        self.wrap(ledger, "record", "ledger MERGE")
+        self.wrap(system, "quarantine", "quarantine append")
+        self.wrap(system, "write_outcomes", "outcomes append")
+        logger = logging.getLogger("streaming.sink")
+        self._level = logger.level
+        logger.setLevel(logging.INFO)
+        self._handler = _Capture(self.batch_lines)
+        logger.addHandler(self._handler)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for owner, attr, original in reversed(self._patched):
+            setattr(owner, attr, original)
+        self._patched.clear()
+        logger = logging.getLogger("streaming.sink")
+        logger.removeHandler(self._handler)
+        logger.setLevel(self._level)
+
+    def batches(self) -> list[tuple[int, int, float]]:
+        """(batch id, transactions, seconds) from the sink's log lines."""
+        out = []
+        for line in self.batch_lines:
+            found = BATCH_LINE.match(line)
+            if found:
+                out.append((int(found[1]), int(found[2]), float(found[3])))
+        return out
+
+    def report(self) -> list[dict[str, Any]]:
+        """The regions in call-tree order (a region before the ones nested in it)."""
+        return [
+            {
+                "path": list(path),
+                "seconds": round(region.seconds, 3),
+                "calls": region.calls,
+                **({"jobs": region.jobs} if self.count_jobs else {}),
+            }
+            for path, region in sorted(self.regions.items(), key=lambda kv: _order(kv[0], self))
+        ]
+
+
+def _order(path: tuple[str, ...], profiler: Profiler) -> tuple[Any, ...]:
+    """Sort key: the order regions first ran in, parents before children."""
+    keys = list(profiler.regions)
+    return tuple(keys.index(path[: i + 1]) for i in range(len(path)))
+
+
+class _Capture(logging.Handler):
+    def __init__(self, sink: list[str]) -> None:
+        super().__init__(logging.INFO)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink.append(record.getMessage())
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - started, result

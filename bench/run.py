@@ -1,0 +1,488 @@
+"""The runner: workloads W1 (many small transactions), W2 (bulk DMS) and Scale, ours and the
+baselines side by side on one SparkSession, then a table of numbers and ratios.
+
+Every contender gets its own copy of the same seeded tables and reads the same data files.
+Machine noise (the machine is shared) moves every contender of a run alike: compare ratios.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from bench import baselines, data
+from bench.ours import OurRun, Workspace, run_job
+from bench.sizes import Sizes
+from streaming.config import SparkConfig
+from streaming.job import Job
+from streaming.session import build_session
+
+SHUFFLE_PARTITIONS = 4
+"""The config's default ``spark.shuffle_partitions``; the session uses the same."""
+
+
+def session() -> SparkSession:
+    return build_session(
+        SparkConfig(
+            app_name="cdc-bench",
+            shuffle_partitions=SHUFFLE_PARTITIONS,
+            conf={
+                "spark.driver.memory": "8g",
+                "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+            },
+        )
+    )
+
+
+def say(message: str) -> None:
+    print(f"[{datetime.now().strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def _copy(source: str, target: Path) -> str:
+    shutil.copytree(source, target)
+    return str(target)
+
+
+def _seed(
+    spark: SparkSession, job: Job, dataset: str, schemas: Sequence[str], rows: int, sizes: Sizes
+) -> dict[str, str]:
+    """Seed each schema's current table; returns schema → table path."""
+    paths = {}
+    for schema in schemas:
+        path = job.layout.table(dataset, schema)
+        data.write_seed(spark, path, schema, rows, sizes.rows_per_file)
+        paths[schema] = path
+    return paths
+
+
+def _rate(count: float, seconds: float) -> float:
+    return count / seconds if seconds > 0 else 0.0
+
+
+# -- W1 ----------------------------------------------------------------------------------------
+def w1(spark: SparkSession, sizes: Sizes, base: Path, *, label: str = "W1") -> dict[str, Any]:
+    txs = data.w1_transactions(sizes.w1_transactions, sizes.w1_table_rows)
+    rows = sum(len(tx.rows) for tx in txs)
+    sample = txs[: sizes.w1_sample]
+    sample_rows = sum(len(tx.rows) for tx in sample)
+    ws = Workspace(base / "w1", data.W1_DATASET, data.W1_YAML)
+    data.write_w1_data(ws.root, txs)
+    data.write_requests(ws.landing, txs, sizes.w1_lines_per_file)
+    cfg = ws.config(
+        landing={
+            "transactions": "./landing/transactions",
+            "max_files_per_trigger": sizes.w1_files_per_trigger,
+        },
+        spark={"shuffle_partitions": SHUFFLE_PARTITIONS},
+    )
+    job = Job.create(spark, cfg)
+    say(f"{label}: seeding 3 x {sizes.w1_table_rows:,} rows")
+    tables = _seed(spark, job, data.W1_DATASET, data.W1_SCHEMAS, sizes.w1_table_rows, sizes)
+    copies = {
+        name: {s: _copy(p, base / "w1-tables" / name / s) for s, p in tables.items()}
+        for name in ("naive", "deltars")
+    }
+
+    per_batch = sizes.w1_lines_per_file * sizes.w1_files_per_trigger
+    say(f"{label}: ours, {len(txs):,} transactions ({rows:,} rows), {per_batch:,} per batch")
+    ours = run_job(spark, job)
+    say(f"{label}: ours {ours.seconds:.1f}s {ours.statuses}")
+
+    naive_landing = base / "w1-naive" / "landing"
+    data.write_requests(naive_landing, sample, sizes.w1_lines_per_file)
+    say(f"{label}: naive, one MERGE per transaction, the first {len(sample)} transactions")
+    naive = baselines.naive_w1(
+        spark, ws.root, naive_landing, copies["naive"], sizes.w1_files_per_trigger
+    )
+    naive.rows = sample_rows
+    say(f"{label}: naive {naive.seconds:.1f}s")
+
+    say(f"{label}: blind append of all {rows:,} rows")
+    append = baselines.append_w1(
+        spark, ws.root, ws.landing, base / "w1-append", sizes.w1_files_per_trigger
+    )
+    append.rows = rows
+    say(f"{label}: append {append.seconds:.1f}s")
+
+    say(f"{label}: delta-rs, one MERGE per transaction, the first {len(sample)} transactions")
+    deltars = baselines.deltars_w1(ws.root, [tx.request() for tx in sample], copies["deltars"])
+    say(f"{label}: delta-rs {deltars.seconds:.1f}s")
+
+    ours_tx = _rate(len(txs), ours.seconds)
+    contenders = {
+        "naive": _rate(naive.transactions, naive.seconds),
+        "deltars": _rate(deltars.transactions, deltars.seconds),
+    }
+    return {
+        "transactions": len(txs),
+        "rows": rows,
+        "table_rows": sizes.w1_table_rows,
+        "per_batch": per_batch,
+        "sample": len(sample),
+        "ours": {
+            **ours.as_json(),
+            "transactions_per_s": round(ours_tx, 2),
+            "rows_per_s": round(_rate(rows, ours.seconds), 2),
+        },
+        "naive": {
+            **naive.as_json(),
+            "transactions_per_s": round(contenders["naive"], 2),
+            "rows_per_s": round(_rate(naive.rows, naive.seconds), 2),
+        },
+        "append": {**append.as_json(), "rows_per_s": round(_rate(rows, append.seconds), 2)},
+        "deltars": {
+            **deltars.as_json(),
+            "transactions_per_s": round(contenders["deltars"], 2),
+            "rows_per_s": round(_rate(deltars.rows, deltars.seconds), 2),
+        },
+        "ratios": {
+            "ours_vs_naive_tx": round(_rate(ours_tx, contenders["naive"]), 2),
+            "ours_vs_append_rows": round(_rate(rows / ours.seconds, rows / append.seconds), 3),
+            "ours_vs_deltars_tx": round(_rate(ours_tx, contenders["deltars"]), 2),
+        },
+    }
+
+
+# -- W2 and Scale ------------------------------------------------------------------------------
+def _w2_workspace(
+    spark: SparkSession,
+    base: Path,
+    name: str,
+    changes: list[dict[str, Any]],
+    table_rows: int,
+    sizes: Sizes,
+) -> tuple[Workspace, Job, list[Path], str]:
+    ws = Workspace(base / name, data.W2_DATASET, data.W2_YAML)
+    folder = ws.dms / data.W2_DATASET / Path(*data.W2_SCHEMA.split("."))
+    paths = data.write_dms_files(folder, changes, sizes.w2_files)
+    job = Job.create(spark, ws.config(landing={"dms": "./landing/dms"}))
+    table = _seed(spark, job, data.W2_DATASET, [data.W2_SCHEMA], table_rows, sizes)[data.W2_SCHEMA]
+    return ws, job, paths, table
+
+
+def w2(spark: SparkSession, sizes: Sizes, base: Path) -> tuple[dict[str, Any], OurRun]:
+    changes = data.w2_changes(sizes.w2_changes, sizes.w2_table_rows)
+    say(
+        f"W2: seeding {sizes.w2_table_rows:,} rows; {len(changes):,} changes in "
+        f"{sizes.w2_files} DMS files"
+    )
+    ws, job, paths, table = _w2_workspace(spark, base, "w2", changes, sizes.w2_table_rows, sizes)
+    copies = {
+        name: _copy(table, base / "w2-tables" / name)
+        for name in ("naive", "deltars-file", "deltars-all")
+    }
+    say("W2: ours")
+    ours = run_job(spark, job)
+    say(f"W2: ours {ours.seconds:.1f}s {ours.counts}")
+    say("W2: naive, one MERGE per DMS file")
+    naive = baselines.naive_w2(spark, base / "w2-naive", ws.dms, copies["naive"])
+    say(f"W2: naive {naive.seconds:.1f}s")
+    say("W2: blind append")
+    append = baselines.append_w2(spark, base / "w2-append", ws.dms, base / "w2-append" / "bronze")
+    say(f"W2: append {append.seconds:.1f}s")
+    say("W2: delta-rs MERGE per file, then of all changes at once")
+    rs_file = baselines.deltars_w2(paths, copies["deltars-file"], per_file=True)
+    rs_all = baselines.deltars_w2(paths, copies["deltars-all"], per_file=False)
+    say(f"W2: delta-rs {rs_file.seconds:.1f}s per file, {rs_all.seconds:.1f}s all at once")
+
+    n = len(changes)
+    rates = {
+        "ours": _rate(n, ours.seconds),
+        "naive": _rate(n, naive.seconds),
+        "append": _rate(n, append.seconds),
+        "deltars_per_file": _rate(n, rs_file.seconds),
+        "deltars_all": _rate(n, rs_all.seconds),
+    }
+    result = {
+        "changes": n,
+        "table_rows": sizes.w2_table_rows,
+        "files": len(paths),
+        "ours": {**ours.as_json(), "changes_per_s": round(rates["ours"], 1)},
+        "naive": {**naive.as_json(), "changes_per_s": round(rates["naive"], 1)},
+        "append": {**append.as_json(), "changes_per_s": round(rates["append"], 1)},
+        "deltars_per_file": {
+            **rs_file.as_json(),
+            "changes_per_s": round(rates["deltars_per_file"], 1),
+        },
+        "deltars_all": {**rs_all.as_json(), "changes_per_s": round(rates["deltars_all"], 1)},
+        "ratios": {
+            f"ours_vs_{k}": round(_rate(rates["ours"], v), 3)
+            for k, v in rates.items()
+            if k != "ours"
+        },
+    }
+    return result, ours
+
+
+def scale(
+    spark: SparkSession, sizes: Sizes, base: Path, reuse: tuple[int, OurRun] | None
+) -> dict[str, Any]:
+    changes = data.w2_changes(sizes.w2_changes, sizes.w2_table_rows)
+    runs: dict[int, OurRun] = {}
+    for rows in sizes.scale_rows:
+        if reuse and reuse[0] == rows:
+            say(f"Scale: {rows:,} rows = W2's run")
+            runs[rows] = reuse[1]
+            continue
+        say(f"Scale: seeding {rows:,} rows")
+        ws, job, _, _ = _w2_workspace(spark, base, f"scale-{rows}", changes, rows, sizes)
+        say(f"Scale: ours against {rows:,} rows")
+        runs[rows] = run_job(spark, job)
+        say(f"Scale: {runs[rows].seconds:.1f}s")
+        ws.remove()
+    small, large = sizes.scale_rows
+    return {
+        "changes": len(changes),
+        "runs": {str(r): run.as_json() for r, run in runs.items()},
+        "time_ratio": round(runs[large].seconds / runs[small].seconds, 3),
+        "rows_ratio": large / small,
+    }
+
+
+def sweep(spark: SparkSession, sizes: Sizes, base: Path) -> dict[str, Any]:
+    """Ours only: W1 transactions at several batch sizes (two batches each), profiled."""
+    out: dict[str, Any] = {}
+    for per_batch in sizes.sweep:
+        txs = data.w1_transactions(2 * per_batch, sizes.w1_table_rows)
+        ws = Workspace(base / f"sweep-{per_batch}", data.W1_DATASET, data.W1_YAML)
+        data.write_w1_data(ws.root, txs)
+        data.write_requests(ws.landing, txs, per_batch)
+        cfg = ws.config(
+            landing={"transactions": "./landing/transactions", "max_files_per_trigger": 1},
+            spark={"shuffle_partitions": SHUFFLE_PARTITIONS},
+        )
+        job = Job.create(spark, cfg)
+        say(f"Sweep: {per_batch} transactions per batch, 2 batches")
+        _seed(spark, job, data.W1_DATASET, data.W1_SCHEMAS, sizes.w1_table_rows, sizes)
+        ours = run_job(spark, job)
+        say(f"Sweep: {per_batch} per batch: {ours.seconds:.1f}s")
+        out[str(per_batch)] = {
+            **ours.as_json(),
+            "transactions_per_s": round(_rate(len(txs), ours.seconds), 2),
+        }
+        ws.remove()
+    return out
+
+
+# -- warm-up, report ---------------------------------------------------------------------------
+def warm_up(spark: SparkSession, base: Path) -> None:
+    """A tiny W1 (ours and every baseline) so JIT and first-use costs are out of the numbers."""
+    from bench.sizes import QUICK
+
+    tiny = Sizes(
+        **{
+            **asdict(QUICK),
+            "name": "warm-up",
+            "w1_transactions": 10,
+            "w1_table_rows": 1_000,
+            "w1_lines_per_file": 10,
+            "w1_files_per_trigger": 1,
+            "w1_sample": 2,
+        }
+    )
+    w1(spark, tiny, base / "warm-up", label="warm-up")
+    shutil.rmtree(base / "warm-up", ignore_errors=True)
+
+
+TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float | None], str, float]] = [
+    (
+        "W1 vs naive per-transaction MERGE",
+        "x",
+        lambda r: _get(r, "W1", "ratios", "ours_vs_naive_tx"),
+        ">=",
+        20.0,
+    ),
+    ("W2 vs blind append", "x", lambda r: _get(r, "W2", "ratios", "ours_vs_append"), ">=", 0.5),
+    (
+        "W2 vs delta-rs MERGE (all at once)",
+        "x",
+        lambda r: _get(r, "W2", "ratios", "ours_vs_deltars_all"),
+        ">=",
+        1.0,
+    ),
+    (
+        "W2 vs delta-rs MERGE (per file)",
+        "x",
+        lambda r: _get(r, "W2", "ratios", "ours_vs_deltars_per_file"),
+        ">=",
+        1.0,
+    ),
+    ("Scale: time large / small table", "x", lambda r: _get(r, "Scale", "time_ratio"), "<=", 1.5),
+]
+
+
+def _get(results: dict[str, Any], *keys: str) -> float | None:
+    node: Any = results
+    for k in keys:
+        if not isinstance(node, dict) or k not in node:
+            return None
+        node = node[k]
+    return float(node)
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        f"cdc benchmark ({results['sizes']['name']}), {results['machine']}",
+        f"code: {results['code']}",
+        "",
+        f"{'workload':<8} {'contender':<34} {'seconds':>9} {'tx/s':>9} {'rows/s':>10} "
+        f"{'changes/s':>10} {'ours / it':>10}",
+    ]
+
+    def row(work: str, name: str, entry: dict[str, Any], ratio: float | None) -> None:
+        def num(key: str, fmt: str) -> str:
+            return format(entry[key], fmt) if key in entry else "-"
+
+        lines.append(
+            f"{work:<8} {name:<34} {entry['seconds']:>9.1f} "
+            f"{num('transactions_per_s', '>9,.1f'):>9} "
+            f"{num('rows_per_s', '>10,.0f'):>10} {num('changes_per_s', '>10,.0f'):>10} "
+            f"{(f'{ratio:.2f}x' if ratio is not None else ''):>10}"
+        )
+
+    if "W1" in results:
+        r = results["W1"]
+        ratios = r["ratios"]
+        rows_ratio = ratios["ours_vs_append_rows"]
+        lines.append(
+            f"W1: {r['transactions']:,} transactions, {r['rows']:,} rows, 3 tables x "
+            f"{r['table_rows']:,} rows, {r['per_batch']:,} transactions per batch"
+        )
+        row("W1", "ours (grouped, landing)", r["ours"], None)
+        row(
+            "W1",
+            f"naive MERGE per tx (first {r['sample']})",
+            r["naive"],
+            ratios["ours_vs_naive_tx"],
+        )
+        row("W1", "blind append (rows/s)", r["append"], rows_ratio)
+        row(
+            "W1",
+            f"delta-rs MERGE per tx (first {r['sample']})",
+            r["deltars"],
+            ratios["ours_vs_deltars_tx"],
+        )
+    if "W2" in results:
+        r = results["W2"]
+        ratios = r["ratios"]
+        lines.append(
+            f"W2: {r['changes']:,} DMS changes in {r['files']} files into {r['table_rows']:,} rows"
+        )
+        row("W2", "ours (DMS landing zone)", r["ours"], None)
+        row("W2", "naive MERGE per DMS file", r["naive"], ratios["ours_vs_naive"])
+        row("W2", "blind append", r["append"], ratios["ours_vs_append"])
+        row(
+            "W2",
+            "delta-rs MERGE per file",
+            r["deltars_per_file"],
+            ratios["ours_vs_deltars_per_file"],
+        )
+        row("W2", "delta-rs MERGE, all at once", r["deltars_all"], ratios["ours_vs_deltars_all"])
+    if "Scale" in results:
+        r = results["Scale"]
+        for rows, run in r["runs"].items():
+            lines.append(
+                f"Scale    ours, W2 changes into {int(rows):>12,} rows {run['seconds']:>9.1f}s"
+            )
+        lines.append(f"Scale    time ratio {r['time_ratio']:.2f}x for {r['rows_ratio']:.0f}x rows")
+    for per_batch, entry in results.get("Sweep", {}).items():
+        lines.append(
+            f"Sweep    ours, {int(per_batch):>4} transactions per batch {entry['seconds']:>9.1f}s "
+            f"{entry['transactions_per_s']:>7.2f} tx/s"
+        )
+    lines += ["", "targets:"]
+    for name, _unit, get, op, bound in TARGETS:
+        value = get(results)
+        if value is None:
+            continue
+        met = value >= bound if op == ">=" else value <= bound
+        lines.append(
+            f"  {name:<40} {value:>8.2f}x  (target {op} {bound}x)  {'met' if met else 'NOT met'}"
+        )
+    return "\n".join(lines)
+
+
+def run(
+    sizes: Sizes, workloads: Sequence[str], output: Path, *, keep: bool = False
+) -> dict[str, Any]:
+    base = Path(tempfile.mkdtemp(prefix="cdc-bench-", dir="/tmp"))
+    say(f"workspace {base}")
+    results: dict[str, Any] = {
+        "sizes": asdict(sizes),
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{os.cpu_count()} cores, local[2], {platform.python_version()}, "
+        f"load average {os.getloadavg()[0]:.1f} at start",
+        "workloads": list(workloads),
+        "code": _code_version(),
+    }
+    started = time.perf_counter()
+    spark = session()
+    try:
+        warm_up(spark, base)
+        if "W1" in workloads:
+            results["W1"] = w1(spark, sizes, base)
+            shutil.rmtree(base / "w1", ignore_errors=True)
+            shutil.rmtree(base / "w1-tables", ignore_errors=True)
+            _write(output, results)
+        reuse = None
+        if "W2" in workloads:
+            results["W2"], ours = w2(spark, sizes, base)
+            reuse = (sizes.w2_table_rows, ours)
+            for name in ("w2", "w2-tables", "w2-naive", "w2-append"):
+                shutil.rmtree(base / name, ignore_errors=True)
+            _write(output, results)
+        if "Scale" in workloads:
+            results["Scale"] = scale(spark, sizes, base, reuse)
+            _write(output, results)
+        if "Sweep" in workloads:
+            results["Sweep"] = sweep(spark, sizes, base)
+        results["seconds"] = round(time.perf_counter() - started, 1)
+        results["load_average_end"] = round(os.getloadavg()[0], 1)
+        _write(output, results)
+        print(render(results), flush=True)
+        return results
+    finally:
+        spark.stop()
+        if not keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _code_version() -> str:
+    """The commit of the code measured, and whether its engine had uncommitted changes."""
+    import subprocess
+
+    import streaming
+
+    root = Path(streaming.__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "streaming", "connectors"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return f"{root} (not a git checkout)"
+    return f"{head}{' + uncommitted changes in streaming/connectors' if dirty else ''} ({root})"
+
+
+def _write(output: Path, results: dict[str, Any]) -> None:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=2, default=str) + "\n")

@@ -1,0 +1,62 @@
+"""Workload sizes: the full benchmark (issue 6) and the same workloads scaled down (``--quick``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sizes:
+    name: str
+    w1_transactions: int
+    """W1: transactions of 1-5 UPSERT/PATCH/DELETE rows each."""
+    w1_table_rows: int
+    """W1: rows of each of the three object tables before the run."""
+    w1_lines_per_file: int
+    """W1: requests per landing file (JSON lines)."""
+    w1_files_per_trigger: int
+    """W1: ``landing.max_files_per_trigger`` (transactions per micro-batch = this x lines)."""
+    w1_sample: int
+    """W1: transactions the per-transaction baselines (naive MERGE, delta-rs) apply: the first
+    ones of the same stream; their rate is per transaction, so a sample measures it."""
+    w2_changes: int
+    """W2: DMS changes (70% U, 20% I, 10% D)."""
+    w2_table_rows: int
+    """W2: rows of the target table before the run."""
+    w2_files: int
+    """W2: DMS files the changes are spread over (one transaction each)."""
+    scale_rows: tuple[int, int]
+    """Scale: W2's changes against tables of these sizes (ours only)."""
+    rows_per_file: int = 250_000
+    """Seeded tables are written as files of about this many rows."""
+    sweep: tuple[int, ...] = (25, 100, 200)
+    """Sweep (optional workload): W1 transactions per micro-batch to time our path at (ours
+    only, two batches each, on W1's table size)."""
+
+
+FULL = Sizes(
+    name="full",
+    w1_transactions=10_000,
+    w1_table_rows=100_000,
+    w1_lines_per_file=100,
+    w1_files_per_trigger=2,
+    w1_sample=100,
+    w2_changes=200_000,
+    w2_table_rows=1_000_000,
+    w2_files=20,
+    scale_rows=(1_000_000, 10_000_000),
+)
+
+QUICK = Sizes(
+    name="quick",
+    w1_transactions=200,
+    w1_table_rows=10_000,
+    w1_lines_per_file=100,
+    w1_files_per_trigger=1,
+    w1_sample=20,
+    w2_changes=20_000,
+    w2_table_rows=100_000,
+    w2_files=10,
+    scale_rows=(100_000, 1_000_000),
+    sweep=(25, 100),
+)
