@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from bench.run import run
@@ -23,13 +24,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--output", type=Path, default=Path(__file__).parent / "results.json", help="JSON results"
     )
+    parser.add_argument(
+        "--w1-transactions",
+        type=int,
+        help="W1: apply only the first N transactions of the generated stream (same data)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the /tmp workspace")
     args = parser.parse_args(argv)
     chosen = [w.strip() for w in args.workloads.split(",") if w.strip()]
     unknown = sorted(set(chosen) - set(WORKLOADS))
     if unknown:
         parser.error(f"unknown workloads {unknown}; choose from {WORKLOADS}")
-    run(QUICK if args.quick else FULL, chosen, args.output, keep=args.keep)
+    sizes = QUICK if args.quick else FULL
+    if args.w1_transactions:
+        sizes = replace(sizes, w1_transactions=args.w1_transactions)
+    run(sizes, chosen, args.output, keep=args.keep)
     return 0
 
 
