@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import replace
 from pathlib import Path
 
-from bench.run import run
+from bench.run import render, run
 from bench.sizes import FULL, QUICK
 
 WORKLOADS = ("W1", "W2", "Scale", "Sweep")
@@ -30,7 +31,16 @@ def main(argv: list[str] | None = None) -> int:
         help="W1: apply only the first N transactions of the generated stream (same data)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the /tmp workspace")
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="RESULTS",
+        help="print the table of a results file, run nothing",
+    )
     args = parser.parse_args(argv)
+    if args.render:
+        print(render(json.loads(args.render.read_text())))
+        return 0
     chosen = [w.strip() for w in args.workloads.split(",") if w.strip()]
     unknown = sorted(set(chosen) - set(WORKLOADS))
     if unknown:

@@ -99,7 +99,7 @@ class Profiler:
         self.wrap(sink, "check_loads", "check rows (1 job)")
         self.wrap(sink_cls, "_apply_wave", "apply: fold + MERGE per table")
         self.wrap(sink, "apply_to_object_table", "apply to one object table")
-        self.wrap(DataFrame, "localCheckpoint", "join stored state + fold (mapInArrow)")
+        self.wrap(_dataframe_class(), "localCheckpoint", "join stored state + fold (mapInArrow)")
         self.wrap(apply, "_merge", "MERGE current + tombstones")
         self.wrap(sink, "append_history", "append history")
         self.wrap(sink_cls, "_outcomes", "build outcomes")
@@ -141,6 +141,15 @@ class Profiler:
             }
             for path, region in sorted(self.regions.items(), key=lambda kv: _order(kv[0], self))
         ]
+
+
+def _dataframe_class() -> type:
+    """The class whose ``localCheckpoint`` runs: PySpark 4's classic DataFrame subclass."""
+    try:
+        from pyspark.sql.classic.dataframe import DataFrame as Classic
+    except ImportError:  # pragma: no cover - PySpark 3
+        return DataFrame
+    return Classic
 
 
 def _order(path: tuple[str, ...], profiler: Profiler) -> tuple[Any, ...]:

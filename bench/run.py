@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import deltalake
 from pyspark.sql import SparkSession
 
 from bench import baselines, data
@@ -64,6 +65,11 @@ def _seed(
         data.write_seed(spark, path, schema, rows, sizes.rows_per_file)
         paths[schema] = path
     return paths
+
+
+def _rows(table: str) -> int:
+    """Rows of a Delta table (read with delta-rs, after the timed part)."""
+    return int(deltalake.DeltaTable(table).to_pyarrow_table(columns=["id"]).num_rows)
 
 
 def _rate(count: float, seconds: float) -> float:
@@ -198,6 +204,13 @@ def w2(spark: SparkSession, sizes: Sizes, base: Path) -> tuple[dict[str, Any], O
     rs_all = baselines.deltars_w2(paths, copies["deltars-all"], per_file=False)
     say(f"W2: delta-rs {rs_file.seconds:.1f}s per file, {rs_all.seconds:.1f}s all at once")
 
+    rows_after = {
+        "ours": _rows(table),
+        "naive": _rows(copies["naive"]),
+        "deltars_per_file": _rows(copies["deltars-file"]),
+        "deltars_all": _rows(copies["deltars-all"]),
+    }
+    say(f"W2: rows after: {rows_after}")
     n = len(changes)
     rates = {
         "ours": _rate(n, ours.seconds),
@@ -210,6 +223,7 @@ def w2(spark: SparkSession, sizes: Sizes, base: Path) -> tuple[dict[str, Any], O
         "changes": n,
         "table_rows": sizes.w2_table_rows,
         "files": len(paths),
+        "rows_after": rows_after,
         "ours": {**ours.as_json(), "changes_per_s": round(rates["ours"], 1)},
         "naive": {**naive.as_json(), "changes_per_s": round(rates["naive"], 1)},
         "append": {**append.as_json(), "changes_per_s": round(rates["append"], 1)},
@@ -403,6 +417,9 @@ def render(results: dict[str, Any]) -> str:
             f"Sweep    ours, {int(per_batch):>4} transactions per batch {entry['seconds']:>9.1f}s "
             f"{entry['transactions_per_s']:>7.2f} tx/s"
         )
+    for work in ("W1", "W2"):
+        if work in results:
+            lines += ["", *profile_lines(f"{work} ours", results[work]["ours"])]
     lines += ["", "targets:"]
     for name, _unit, get, op, bound in TARGETS:
         value = get(results)
@@ -413,6 +430,30 @@ def render(results: dict[str, Any]) -> str:
             f"  {name:<40} {value:>8.2f}x  (target {op} {bound}x)  {'met' if met else 'NOT met'}"
         )
     return "\n".join(lines)
+
+
+def profile_lines(title: str, run: dict[str, Any]) -> list[str]:
+    """Our run's profile as an indented tree: seconds, share of the run, calls, Spark jobs."""
+    total = run["seconds"]
+    out = [
+        f"profile of {title}: {total:.1f}s end to end, {len(run['batches'])} batches",
+        f"  {'region':<58} {'seconds':>8} {'share':>6} {'calls':>6} {'jobs':>6}",
+    ]
+    inside = 0.0
+    for entry in run["profile"]:
+        depth = len(entry["path"]) - 1
+        if depth == 0:
+            inside += entry["seconds"]
+        name = "  " * depth + entry["path"][-1]
+        out.append(
+            f"  {name:<58} {entry['seconds']:>8.1f} {entry['seconds'] / total:>6.0%} "
+            f"{entry['calls']:>6} {entry.get('jobs', '-'):>6}"
+        )
+    out.append(
+        f"  {'outside the sink (stream: listing, offsets, commits)':<58} "
+        f"{total - inside:>8.1f} {(total - inside) / total:>6.0%}"
+    )
+    return out
 
 
 def run(
