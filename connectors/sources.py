@@ -57,6 +57,9 @@ def kafka_requests(spark: SparkSession, cfg: KafkaConfig) -> DataFrame:
         .option("subscribe", cfg.transactions_topic)
         .option("startingOffsets", cfg.starting_offsets)
         .option("failOnDataLoss", "true")
+        # Ride out a broker outage of a minute or so instead of failing the query.
+        .option("fetchOffset.numRetries", "30")
+        .option("fetchOffset.retryIntervalMs", "2000")
     )
     if cfg.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", cfg.max_offsets_per_trigger)

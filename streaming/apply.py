@@ -35,6 +35,7 @@ from pyspark.sql.types import (
 from streaming.catalog import SchemaDef
 from streaming.core.fold import Change, ChangeKind, Effect, Folded, Stored, fold
 from streaming.layout import ObjectTable
+from streaming.retry import on_conflict_retry
 from streaming.tables import (
     BatchCommit,
     append,
@@ -265,31 +266,39 @@ def _merge(
     assignments: dict[str, str | Column] = {
         c: F.col(f"s.{c}") for c in ["version", "created", "updated", "hash", *props]
     }
-    with idempotent(spark, paths.current, commit):
-        (
-            DeltaTable.forPath(spark, paths.current)
-            .alias("t")
-            .merge(state.alias("s"), "t.id = s.id")
-            .whenMatchedDelete(condition="s.deleted")
-            .whenMatchedUpdate(set=assignments)
-            .whenNotMatchedInsert(
-                condition="NOT s.deleted", values={"id": F.col("s.id"), **assignments}
+
+    def merge_current() -> None:
+        with idempotent(spark, paths.current, commit):
+            (
+                DeltaTable.forPath(spark, paths.current)
+                .alias("t")
+                .merge(state.alias("s"), "t.id = s.id")
+                .whenMatchedDelete(condition="s.deleted")
+                .whenMatchedUpdate(set=assignments)
+                .whenNotMatchedInsert(
+                    condition="NOT s.deleted", values={"id": F.col("s.id"), **assignments}
+                )
+                .execute()
             )
-            .execute()
-        )
+
+    on_conflict_retry(merge_current, what=paths.current)
     tomb: dict[str, str | Column] = {"version": "s.version", "deleted": "s.updated"}
     if with_mark:
         tomb["watermark"] = "s.mark"
-    with idempotent(spark, paths.tombstones, commit):
-        (
-            DeltaTable.forPath(spark, paths.tombstones)
-            .alias("t")
-            .merge(state.alias("s"), "t.id = s.id")
-            .whenMatchedUpdate(condition="s.deleted", set=tomb)
-            .whenMatchedDelete()  # re-inserted: the live row carries the version on
-            .whenNotMatchedInsert(condition="s.deleted", values={"id": "s.id", **tomb})
-            .execute()
-        )
+
+    def merge_tombstones() -> None:
+        with idempotent(spark, paths.tombstones, commit):
+            (
+                DeltaTable.forPath(spark, paths.tombstones)
+                .alias("t")
+                .merge(state.alias("s"), "t.id = s.id")
+                .whenMatchedUpdate(condition="s.deleted", set=tomb)
+                .whenMatchedDelete()  # re-inserted: the live row carries the version on
+                .whenNotMatchedInsert(condition="s.deleted", values={"id": "s.id", **tomb})
+                .execute()
+            )
+
+    on_conflict_retry(merge_tombstones, what=paths.tombstones)
 
 
 def _history_rows(folded: DataFrame, props: list[str]) -> DataFrame:

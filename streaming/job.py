@@ -26,6 +26,7 @@ from streaming.tables import (
     LEDGER_SCHEMA,
     OUTCOMES_SCHEMA,
     QUARANTINE_SCHEMA,
+    add_missing_columns,
     current_schema,
     ensure_table,
     history_schema,
@@ -42,6 +43,7 @@ def load_datasets(cfg: AppConfig) -> dict[str, Dataset]:
 def prepare_tables(spark: SparkSession, datasets: Mapping[str, Dataset], layout: Layout) -> None:
     """Create every table the job writes (empty), so readers find them from the start."""
     ensure_table(spark, layout.ledger, LEDGER_SCHEMA)
+    add_missing_columns(spark, layout.ledger, LEDGER_SCHEMA)  # ledgers of older versions
     ensure_table(spark, layout.outcomes, OUTCOMES_SCHEMA)
     ensure_table(spark, layout.quarantine, QUARANTINE_SCHEMA)
     for name, dataset in datasets.items():

@@ -27,11 +27,13 @@ def committed(spark: SparkSession, path: str, ids: Iterable[str]) -> dict[str, C
     rows = (
         read_table(spark, path)
         .where(F.col("transaction_id").isin(wanted))
-        .select("transaction_id", "content_hash", "outcome", "batch_id")
+        .select("transaction_id", "content_hash", "outcome", "batch_id", "query")
         .collect()
     )
     return {
-        r["transaction_id"]: Committed(r["content_hash"], r["outcome"], int(r["batch_id"]))
+        r["transaction_id"]: Committed(
+            r["content_hash"], r["outcome"], int(r["batch_id"]), r["query"]
+        )
         for r in rows
     }
 
@@ -53,6 +55,7 @@ def record(
             o.committed_at,
             json.dumps(o.table_versions, sort_keys=True),
             o.to_json(),
+            commit.query,
         )
         for o, digest in entries
         if o.status is Status.COMMITTED

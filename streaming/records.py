@@ -25,6 +25,7 @@ from streaming.core.fold import Effect
 from streaming.errors import RejectedError
 from streaming.plan import Load
 from streaming.reads import Reader, filtered
+from streaming.retry import on_conflict_retry
 from streaming.tables import BatchCommit, append, idempotent
 
 
@@ -55,8 +56,12 @@ def delete_records(
     condition = _condition(load)
     deleted = reader.table(load.writes).where(condition).count()
     if deleted:
-        with idempotent(spark, load.writes, commit):
-            DeltaTable.forPath(spark, load.writes).delete(condition)
+
+        def delete() -> None:
+            with idempotent(spark, load.writes, commit):
+                DeltaTable.forPath(spark, load.writes).delete(condition)
+
+        on_conflict_retry(delete, what=load.writes)
     return {(load.ordinal, "deleted"): deleted}
 
 
@@ -100,17 +105,21 @@ def refresh_view(
     counts = _refresh_counts(rows, reader.table(load.writes), keys, props, whole=load.scope is None)
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
     differs = " OR ".join(f"NOT (t.`{p}` <=> s.`{p}`)" for p in props if p not in keys)
-    with idempotent(spark, load.writes, commit):
-        merge = (
-            DeltaTable.forPath(spark, load.writes)
-            .alias("t")
-            .merge(rows.alias("s"), on)
-            .whenMatchedUpdateAll(condition=differs or None)
-            .whenNotMatchedInsertAll()
-        )
-        if load.scope is None:
-            merge = merge.whenNotMatchedBySourceDelete()
-        merge.execute()
+
+    def merge() -> None:
+        with idempotent(spark, load.writes, commit):
+            builder = (
+                DeltaTable.forPath(spark, load.writes)
+                .alias("t")
+                .merge(rows.alias("s"), on)
+                .whenMatchedUpdateAll(condition=differs or None)
+                .whenNotMatchedInsertAll()
+            )
+            if load.scope is None:
+                builder = builder.whenNotMatchedBySourceDelete()
+            builder.execute()
+
+    on_conflict_retry(merge, what=load.writes)
     return {(load.ordinal, effect): n for effect, n in counts.items()}
 
 

@@ -8,6 +8,7 @@ FAILED; the outcomes are still recorded, so the stream goes on.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -37,6 +38,7 @@ from streaming.core.batch import (
 from streaming.core.fold import EFFECTS, Effect
 from streaming.core.steps import segments, waves
 from streaming.errors import CdcError, FailedError, RejectedError
+from streaming.faults import crash_point
 from streaming.layout import Layout, ObjectTable
 from streaming.loads import changes_only, check_loads, load_changes
 from streaming.outcomes import ActionOutcome, ErrorInfo, Outcome, Status
@@ -77,11 +79,15 @@ class Sink:
     decode: RequestDecoder = decode_json_request
     """Raw request → JSON-shaped value (Avro Kafka records with ``kafka.format: avro``)."""
     clock: Callable[[], datetime] = _now
+    run_id: str | None = None
+    """The streaming checkpoint's id (read from it at the first batch); None outside a query."""
     history: deque[dict[str, object]] = field(default_factory=lambda: deque(maxlen=100))
     """Progress of the last 100 batches (also logged)."""
 
     # -- the foreachBatch entry point ------------------------------------------------------
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        if self.run_id is None:
+            self.run_id = _checkpoint_id(self.spark, self.layout.checkpoint)
         raws = to_raw_requests(df.collect(), self.dms_zone)
         if raws:
             self.process(raws, batch_id)
@@ -93,14 +99,16 @@ class Sink:
         planned, rejected = self._plan(admitted)
         timeline = Timeline.open(
             self.spark,
-            self.layout.query_name,
+            self.query_key,
             batch_id,
             (p for plan in planned for load in plan.loads for p in self._written(load)),
             self.clock,
         )
         applied = Applied()
+        crash_point("before_first_commit")
         for segment in segments(planned):
             self._apply_segment(segment, timeline, applied, rejected)
+        crash_point("after_tables")
         commit = BatchCommit(timeline.query, batch_id, timeline.at)
         valid = [p for p in planned if p.request.transaction_id not in rejected]
         outcomes = self._outcomes(verdicts, valid, rejected, applied, commit)
@@ -108,11 +116,19 @@ class Sink:
         self._progress(batch_id, outcomes, applied, time.monotonic() - started)
         return outcomes
 
+    @property
+    def query_key(self) -> str:
+        """Whose commits these are: the query name and the checkpoint's id. Batch ids start at 0
+        again on a new checkpoint; the id keeps its commits apart from the old checkpoint's in
+        Delta's idempotency keys (``txnAppId``) and in the commit metadata."""
+        name = self.layout.query_name
+        return f"{name}@{self.run_id}" if self.run_id else name
+
     # -- steps ----------------------------------------------------------------------------
     def _triage(self, raws: Sequence[RawRequest], batch_id: int) -> list[Verdict]:
         ids = transaction_ids(raws, self.decode)
         known = ledger.committed(self.spark, self.layout.ledger, ids)
-        return triage(raws, known, batch_id, self.decode)
+        return triage(raws, known, batch_id, self.decode, self.query_key)
 
     def _plan(
         self, admitted: Sequence[Admitted]
@@ -176,33 +192,53 @@ class Sink:
         applied: Applied,
         rejected: dict[str, RejectedError],
     ) -> None:
-        """Apply one segment (``core.steps``) wave by wave, each table once per wave. Data that
-        is wrong in the first wave rejects its transaction alone; any later failure restores the
-        segment's tables and fails (or, for wrong data, rejects) its transactions."""
+        """Apply one segment (``core.steps``) wave by wave, each table once per wave.
+
+        Data that is wrong in the first wave rejects its transaction before anything is written.
+        A transaction found wrong later (a later wave, a view's rows) is rejected after the
+        segment's tables are restored, and the rest of the segment is applied again without it.
+        Any other failure restores the segment and applies each of its transactions alone, so
+        only the one that fails is FAILED. Steps keep counting up, so a retry never collides
+        with the idempotency keys of what was restored, and a replay retries the same way."""
         live = [p for p in segment if p.request.transaction_id not in rejected]
         start: dict[str, int] = {}
         history: list[tuple[TableResult, ObjectTable, BatchCommit]] = []
         done: dict[int, tuple[dict[Effect, int], int]] = {}
         try:
-            for number, wave in enumerate(waves([load for p in live for load in p.loads])):
+            for number, planned_wave in enumerate(waves([ld for p in live for ld in p.loads])):
+                wave = [load for load in planned_wave if load.transaction_id not in rejected]
                 loaded, bad = self._load(wave, timeline)
                 if bad and number > 0:  # a later wave of a transaction that is alone
-                    raise next(iter(bad.values()))
+                    tid, error = next(iter(bad.items()))
+                    raise _Rejected(tid, error)
                 rejected.update(bad)
                 wave = [load for load in wave if load.transaction_id not in bad]
                 for path in {p for load in wave for p in self._written(load)}:
                     start.setdefault(path, timeline.version(path))
                 self._apply_wave(wave, loaded, timeline, done, history)
-            for result, paths, commit in history:
-                append_history(result, paths, commit)
+        except _Rejected as e:
+            log.warning("batch %s: %s rejected while applying: %s", timeline.batch_id, e.tid, e)
+            timeline.restore(start)
+            rejected[e.tid] = e.error
+            rest = [p for p in live if p.request.transaction_id not in rejected]
+            if rest:
+                self._apply_segment(rest, timeline, applied, rejected)
+            return
         except Exception as e:
             log.exception("batch %s: a segment failed; restoring %s", timeline.batch_id, start)
             timeline.restore(start)
-            error = e if isinstance(e, CdcError) else FailedError(f"{type(e).__name__}: {e}")
+            if len(live) > 1:  # isolate the failing transaction
+                for plan in live:
+                    self._apply_segment([plan], timeline, applied, rejected)
+                return
+            failure = e if isinstance(e, CdcError) else FailedError(f"{type(e).__name__}: {e}")
             for plan in live:
-                if plan.request.transaction_id not in rejected:
-                    applied.failed[plan.request.transaction_id] = error
+                applied.failed[plan.request.transaction_id] = failure
             return
+        # History is append-only: never restored, so appended once the segment's current tables
+        # are all written. A failure here fails the batch; its replay appends the same rows.
+        for result, paths, commit in history:
+            append_history(result, paths, commit)
         applied.loads.update(done)
 
     def _apply_wave(
@@ -235,6 +271,7 @@ class Sink:
                 )
                 timeline.wrote(paths.tombstones, commit)
                 version = timeline.wrote(path, commit)
+                crash_point("between_commits")
                 history.append((result, paths, commit))
                 _count(done, loads, result.counts, version)
                 continue
@@ -242,10 +279,13 @@ class Sink:
                 if load.operation is Operation.INSERT_RECORD:
                     continue
                 commit = timeline.next_step()
-                if load.operation is Operation.DELETE_RECORD:
-                    counts = records.delete_records(self.spark, load, reader, commit)
-                else:
-                    counts = records.refresh_view(self.spark, load, reader, commit)
+                try:
+                    if load.operation is Operation.DELETE_RECORD:
+                        counts = records.delete_records(self.spark, load, reader, commit)
+                    else:
+                        counts = records.refresh_view(self.spark, load, reader, commit)
+                except RejectedError as e:
+                    raise _Rejected(load.transaction_id, e) from e
                 _count(done, [load], counts, timeline.wrote(path, commit))
             inserts = [load for load in loads if load.operation is Operation.INSERT_RECORD]
             if inserts:
@@ -297,6 +337,7 @@ class Sink:
         ledger.record(
             self.spark, self.layout.ledger, list(zip(outcomes, hashes, strict=True)), commit
         )
+        crash_point("after_ledger")
         bad: list[tuple[RawRequest, str | None, CdcError]] = []
         for verdict, outcome in zip(verdicts, outcomes, strict=True):
             if outcome.status is Status.REJECTED and outcome.error is not None:
@@ -304,6 +345,7 @@ class Sink:
                 bad.append((verdict.raw, outcome.transaction_id, error))
         system.quarantine(self.spark, self.layout.quarantine, bad, commit)
         system.write_outcomes(self.spark, self.layout.outcomes, outcomes, commit)
+        crash_point("mid_outcomes")
         if self.publish is not None:
             self.publish(outcomes)
 
@@ -340,6 +382,14 @@ class Sink:
             tables,
             seconds,
         )
+
+
+class _Rejected(Exception):
+    """A transaction found wrong while its segment was being applied."""
+
+    def __init__(self, tid: str, error: RejectedError) -> None:
+        super().__init__(error.message)
+        self.tid, self.error = tid, error
 
 
 @dataclass
@@ -412,6 +462,14 @@ def _duplicate(verdict: Repeated, first: Mapping[str, Outcome], commit: BatchCom
     outcome.source = str(verdict.raw.position)
     outcome.received_at = verdict.raw.received_at
     return outcome
+
+
+def _checkpoint_id(spark: SparkSession, checkpoint: str) -> str:
+    """The id Spark gave the query's checkpoint (``<checkpoint>/metadata``): new for a new
+    checkpoint, the same across restarts."""
+    line = spark.read.text(f"{checkpoint.rstrip('/')}/metadata").first()
+    assert line is not None, f"no metadata in the checkpoint {checkpoint}"
+    return str(json.loads(line[0])["id"])
 
 
 def _path_kind(spark: SparkSession) -> Callable[[str], Literal["dir", "file"] | None]:

@@ -29,6 +29,7 @@ from pyspark.sql.types import (
 )
 
 from streaming.catalog import SchemaDef
+from streaming.retry import on_conflict_retry
 
 META_FIELDS = [
     StructField("id", StringType(), nullable=False),
@@ -62,6 +63,7 @@ LEDGER_SCHEMA = StructType(
         StructField("committed_at", TimestampType()),
         StructField("table_versions", StringType()),
         StructField("outcome", StringType(), nullable=False),
+        StructField("query", StringType()),  # query name @ checkpoint id of the committing batch
     ]
 )
 OUTCOMES_SCHEMA = StructType(
@@ -117,6 +119,15 @@ def ensure_table(
     for key, value in (properties or {}).items():
         builder = builder.property(key, value)
     builder.execute()
+
+
+def add_missing_columns(spark: SparkSession, path: str, schema: StructType) -> None:
+    """Add the (nullable) columns of ``schema`` a table made by an older version lacks."""
+    have = {f.name for f in read_table(spark, path).schema.fields}
+    missing = [f for f in schema.fields if f.name not in have]
+    if missing:
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
 
 
 CURRENT_TABLE_PROPERTIES = {"delta.enableChangeDataFeed": "true"}
@@ -213,11 +224,14 @@ def read_table(spark: SparkSession, path: str, version: int | None = None) -> Da
 
 def append(df: DataFrame, path: str, commit: BatchCommit) -> None:
     """Idempotent append (txnAppId/txnVersion) of ``df`` to the Delta table at ``path``."""
-    (
-        df.write.format("delta")
-        .mode("append")
-        .option("txnAppId", commit.app_id(path))
-        .option("txnVersion", commit.txn_version)
-        .option("userMetadata", commit.metadata())
-        .save(path)
+    on_conflict_retry(
+        lambda: (
+            df.write.format("delta")
+            .mode("append")
+            .option("txnAppId", commit.app_id(path))
+            .option("txnVersion", commit.txn_version)
+            .option("userMetadata", commit.metadata())
+            .save(path)
+        ),
+        what=path,
     )

@@ -79,6 +79,8 @@ class Committed:
     content_hash: str
     outcome_json: str
     batch_id: int
+    query: str | None = None
+    """Which query (and checkpoint) committed it: batch ids restart on a new checkpoint."""
 
 
 @dataclass(frozen=True)
@@ -146,12 +148,14 @@ def triage(
     ledger: Mapping[str, Committed],
     batch_id: int,
     decode: RequestDecoder = decode_json_request,
+    query: str | None = None,
 ) -> list[Verdict]:
     """Parse requests in source order and sort them into admitted / refused / repeated.
 
     A transactionId seen before (in the ledger or earlier in this batch) with the same content is
     a repeat (DUPLICATE); with different content it is refused with TRANSACTION_ID_REUSED. Ledger
-    entries written by this very batch id are ignored: they are our own, from a replayed batch.
+    entries written by this very batch of this very query (and checkpoint) are ignored: they are
+    our own, from a replayed batch.
     """
     verdicts: list[Verdict] = []
     seen: dict[str, str] = {}
@@ -163,7 +167,7 @@ def triage(
             continue
         tid, digest = request.transaction_id, request.content_hash()
         earlier = ledger.get(tid)
-        if earlier is not None and earlier.batch_id == batch_id:
+        if earlier is not None and (earlier.batch_id, earlier.query) == (batch_id, query):
             earlier = None
         known = earlier.content_hash if earlier else seen.get(tid)
         if known is None:

@@ -3,6 +3,7 @@ twice and finishes what the first attempt left undone."""
 
 from __future__ import annotations
 
+import shutil
 from datetime import UTC, datetime
 
 import deltalake
@@ -13,6 +14,7 @@ from streaming import sink as sink_module
 from streaming.core.batch import RawRequest, split_landing_file
 from streaming.job import Job
 from streaming.outcomes import Status
+from streaming.tables import read_table
 from tests.support import Workspace, request, upsert
 
 pytestmark = pytest.mark.spark
@@ -76,3 +78,50 @@ def test_crash_before_history_is_rolled_forward_with_the_same_commit_time(
         (c["id"], c["version"], c["updated"]) for c in current
     )
     assert outcome.committed_at is not None and outcome.committed_at.year != 2030
+
+
+def test_whole_input_replayed_on_a_fresh_checkpoint_changes_no_table(
+    spark: SparkSession, ws: Workspace
+) -> None:
+    """Lose the checkpoint and read every request again: the ledger makes each one DUPLICATE,
+    so every table keeps the same rows and versions; and a new request in the new checkpoint's
+    batch 0 is applied, not mistaken for the old checkpoint's batch 0 (Delta's txnAppId)."""
+    ws.dataset("petstore", "petstore.Dog:\n  properties:\n    name: {type: string}\n")
+    ws.data(
+        "a/petstore/Dog/part.json", {"id": "dog1", "name": "Scooby"}, {"id": "dog2", "name": "Rex"}
+    )
+    ws.data("b/petstore/Dog/part.json", {"id": "dog2"})
+    ws.requests(request("tx-1", upsert("./data/a")))
+    ws.requests(
+        request("tx-2", {"operation": "DELETE", "locationUri": "./data/b", "format": "JSON"})
+    )
+    job = ws.run_once(spark)
+    paths = job.layout.object_table("petstore", "petstore.Dog")
+    tables = (paths.current, paths.history, paths.tombstones)
+    before = {
+        p: (deltalake.DeltaTable(p).version(), deltalake.DeltaTable(p).to_pyarrow_table())
+        for p in tables
+    }
+
+    shutil.rmtree(job.layout.checkpoint)
+    again = ws.run_once(spark)
+
+    for path, (version, rows) in before.items():
+        assert deltalake.DeltaTable(path).version() == version
+        assert deltalake.DeltaTable(path).to_pyarrow_table().equals(rows)
+    replayed = read_table(spark, again.layout.outcomes).where(
+        "batch_id > 0 OR status = 'DUPLICATE'"
+    )
+    assert sorted((r["transaction_id"], r["status"]) for r in replayed.collect()) == [
+        ("tx-1", "DUPLICATE"),
+        ("tx-2", "DUPLICATE"),
+    ]
+
+    shutil.rmtree(job.layout.checkpoint)
+    ws.data("c/petstore/Dog/part.json", {"id": "dog3", "name": "Lassie"})
+    ws.requests(request("tx-3", upsert("./data/c")))
+    last = ws.run_once(spark)
+    dogs = deltalake.DeltaTable(paths.current).to_pyarrow_table().to_pylist()
+    assert sorted((d["id"], d["version"]) for d in dogs) == [("dog1", 1), ("dog3", 1)]
+    newest = read_table(spark, last.layout.outcomes).where("transaction_id = 'tx-3'").collect()
+    assert [(r["status"], r["batch_id"]) for r in newest] == [("COMMITTED", 0)]

@@ -74,3 +74,14 @@ def test_unparseable_request_keeps_what_can_be_read_of_its_id() -> None:
         (Refused, None),
         (Refused, 'x"2'),
     ]
+
+
+def test_the_same_batch_id_of_another_checkpoint_is_not_a_replay() -> None:
+    """A new checkpoint starts at batch 0 again: its batch 0 is not the old one replayed."""
+    admitted = triage([kafka(0, req("a"))], {}, 0)[0]
+    assert isinstance(admitted, Admitted)
+    old = Committed(admitted.content_hash, "{}", batch_id=0, query="cdc@old-checkpoint")
+    again = triage([kafka(0, req("a"))], {"a": old}, 0, query="cdc@new-checkpoint")
+    assert isinstance(again[0], Repeated)
+    replay = triage([kafka(0, req("a"))], {"a": old}, 0, query="cdc@old-checkpoint")
+    assert isinstance(replay[0], Admitted)

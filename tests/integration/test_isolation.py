@@ -1,0 +1,72 @@
+"""A transaction whose second table fails changes neither table; the batch's other transactions
+commit (DESIGN.md §4: restore the segment, then isolate the failing transaction)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import deltalake
+import pytest
+from pyspark.sql import SparkSession
+
+from streaming.outcomes import Outcome, Status
+from streaming.tables import read_table
+from tests.support import Workspace, request
+
+pytestmark = pytest.mark.spark
+
+DATASET = """\
+petstore.Dog:
+  properties: {name: {type: string}, age: {type: integer}}
+petstore.Cat:
+  properties: {name: {type: string}}
+petstore.Zoo:
+  type: view
+  materialized: true
+  primaryKey: [id]
+  sql: SELECT name AS id, 1 / (age - age) AS total FROM @{dog}
+  using: {dog: petstore.Dog}
+  properties: {id: {type: string}, total: {type: integer}}
+"""
+
+
+def upsert(location: str) -> dict[str, Any]:
+    return {"operation": "UPSERT", "locationUri": location, "format": "JSON"}
+
+
+def test_second_table_failing_changes_neither_table_and_others_commit(
+    spark: SparkSession, ws: Workspace
+) -> None:
+    ws.dataset("petstore", DATASET)
+    ws.data("dogs/petstore/Dog/part.json", {"id": "dog1", "name": "Rex", "age": 3})
+    for name in ("a", "bad", "c"):
+        ws.data(f"{name}/petstore/Cat/part.json", {"id": f"cat-{name}", "name": name})
+    ws.requests(request("tx-dogs", upsert("./data/dogs")))
+    ws.run_once(spark)
+    # Cat is written before Zoo (tables are written in path order); Zoo's SQL divides by zero.
+    refresh = {"operation": "REFRESH", "target": "petstore.Zoo"}
+    ws.requests(
+        request("tx-a", upsert("./data/a")),
+        request("tx-bad", upsert("./data/bad"), refresh),
+        request("tx-c", upsert("./data/c")),
+    )
+    job = ws.run_once(spark)
+
+    cats = deltalake.DeltaTable(job.layout.table("petstore", "petstore.Cat")).to_pyarrow_table()
+    assert sorted(cats.column("id").to_pylist()) == ["cat-a", "cat-c"]
+    assert (
+        deltalake.DeltaTable(job.layout.table("petstore", "petstore.Zoo"))
+        .to_pyarrow_table()
+        .num_rows
+        == 0
+    )
+    found = {
+        r["transaction_id"]: Outcome.from_json(r["outcome"])
+        for r in read_table(spark, job.layout.outcomes).collect()
+    }
+    assert found["tx-a"].status is Status.COMMITTED and found["tx-c"].status is Status.COMMITTED
+    bad = found["tx-bad"]
+    assert bad.status is Status.FAILED and bad.error is not None
+    assert bad.error.code == "APPLY_FAILED" and "DIVIDE_BY_ZERO" in bad.error.message
+    ledger = read_table(spark, job.layout.ledger).select("transaction_id").collect()
+    assert sorted(r[0] for r in ledger) == ["tx-a", "tx-c", "tx-dogs"]
