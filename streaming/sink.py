@@ -1,9 +1,10 @@
-"""The foreachBatch sink: parse → validate → load & check → apply → ledger → outcomes.
+"""The foreachBatch sink: parse → validate → plan → apply segment by segment → ledger → outcomes.
 
-Every step but ``apply`` and the records decides per transaction; ``apply`` writes each target
-table once for the whole batch (tables in a fixed order, each commit idempotent per batch id).
-A failure while applying restores the tables this batch changed and marks its transactions
-FAILED; the outcomes are still recorded, so the stream goes on.
+Every step decides per transaction. The batch is cut into segments and waves (``core.steps``)
+so that reads see earlier writes; each wave writes each of its tables once (tables in path
+order, each commit idempotent per batch, step and checkpoint). A failure while applying a
+segment restores the tables it changed and isolates the failing transaction (FAILED); the
+outcomes are still recorded, so the stream goes on.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from connectors.sources import to_raw_requests
 from streaming import ledger, records, system
 from streaming.apply import TableResult, append_history, apply_to_object_table
-from streaming.catalog import Dataset, SchemaDef
+from streaming.catalog import Dataset
 from streaming.core.batch import (
     Admitted,
     RawRequest,
@@ -51,15 +52,6 @@ from streaming.timeline import Timeline
 log = logging.getLogger(__name__)
 
 Publisher = Callable[[Sequence[Outcome]], None]
-
-
-@dataclass
-class Target:
-    """One object schema's tables and the batch's changes to them."""
-
-    paths: ObjectTable
-    schema: SchemaDef
-    changes: list[DataFrame] = field(default_factory=list)
 
 
 def _now() -> datetime:
