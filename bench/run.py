@@ -23,14 +23,12 @@ import deltalake
 from pyspark.sql import SparkSession
 
 from bench import baselines, data
+from bench.common import SHUFFLE_PARTITIONS, rate, say, seed_tables
 from bench.ours import OurRun, Workspace, run_job
 from bench.sizes import Sizes
 from streaming.config import SparkConfig
 from streaming.job import Job
 from streaming.session import build_session
-
-SHUFFLE_PARTITIONS = 4
-"""The config's default ``spark.shuffle_partitions``; the session uses the same."""
 
 
 def session() -> SparkSession:
@@ -46,34 +44,14 @@ def session() -> SparkSession:
     )
 
 
-def say(message: str) -> None:
-    print(f"[{datetime.now().strftime('%H:%M:%S')}] {message}", flush=True)
-
-
 def _copy(source: str, target: Path) -> str:
     shutil.copytree(source, target)
     return str(target)
 
 
-def _seed(
-    spark: SparkSession, job: Job, dataset: str, schemas: Sequence[str], rows: int, sizes: Sizes
-) -> dict[str, str]:
-    """Seed each schema's current table; returns schema → table path."""
-    paths = {}
-    for schema in schemas:
-        path = job.layout.table(dataset, schema)
-        data.write_seed(spark, path, schema, rows, sizes.rows_per_file)
-        paths[schema] = path
-    return paths
-
-
 def _rows(table: str) -> int:
     """Rows of a Delta table (read with delta-rs, after the timed part)."""
     return int(deltalake.DeltaTable(table).to_pyarrow_table(columns=["id"]).num_rows)
-
-
-def _rate(count: float, seconds: float) -> float:
-    return count / seconds if seconds > 0 else 0.0
 
 
 # -- W1 ----------------------------------------------------------------------------------------
@@ -94,7 +72,7 @@ def w1(spark: SparkSession, sizes: Sizes, base: Path, *, label: str = "W1") -> d
     )
     job = Job.create(spark, cfg)
     say(f"{label}: seeding 3 x {sizes.w1_table_rows:,} rows")
-    tables = _seed(spark, job, data.W1_DATASET, data.W1_SCHEMAS, sizes.w1_table_rows, sizes)
+    tables = seed_tables(spark, job, data.W1_DATASET, data.W1_SCHEMAS, sizes.w1_table_rows, sizes)
     copies = {
         name: {s: _copy(p, base / "w1-tables" / name / s) for s, p in tables.items()}
         for name in ("naive", "deltars")
@@ -125,10 +103,10 @@ def w1(spark: SparkSession, sizes: Sizes, base: Path, *, label: str = "W1") -> d
     deltars = baselines.deltars_w1(ws.root, [tx.request() for tx in sample], copies["deltars"])
     say(f"{label}: delta-rs {deltars.seconds:.1f}s")
 
-    ours_tx = _rate(len(txs), ours.seconds)
+    ours_tx = rate(len(txs), ours.seconds)
     contenders = {
-        "naive": _rate(naive.transactions, naive.seconds),
-        "deltars": _rate(deltars.transactions, deltars.seconds),
+        "naive": rate(naive.transactions, naive.seconds),
+        "deltars": rate(deltars.transactions, deltars.seconds),
     }
     return {
         "transactions": len(txs),
@@ -139,23 +117,23 @@ def w1(spark: SparkSession, sizes: Sizes, base: Path, *, label: str = "W1") -> d
         "ours": {
             **ours.as_json(),
             "transactions_per_s": round(ours_tx, 2),
-            "rows_per_s": round(_rate(rows, ours.seconds), 2),
+            "rows_per_s": round(rate(rows, ours.seconds), 2),
         },
         "naive": {
             **naive.as_json(),
             "transactions_per_s": round(contenders["naive"], 2),
-            "rows_per_s": round(_rate(naive.rows, naive.seconds), 2),
+            "rows_per_s": round(rate(naive.rows, naive.seconds), 2),
         },
-        "append": {**append.as_json(), "rows_per_s": round(_rate(rows, append.seconds), 2)},
+        "append": {**append.as_json(), "rows_per_s": round(rate(rows, append.seconds), 2)},
         "deltars": {
             **deltars.as_json(),
             "transactions_per_s": round(contenders["deltars"], 2),
-            "rows_per_s": round(_rate(deltars.rows, deltars.seconds), 2),
+            "rows_per_s": round(rate(deltars.rows, deltars.seconds), 2),
         },
         "ratios": {
-            "ours_vs_naive_tx": round(_rate(ours_tx, contenders["naive"]), 2),
-            "ours_vs_append_rows": round(_rate(rows / ours.seconds, rows / append.seconds), 3),
-            "ours_vs_deltars_tx": round(_rate(ours_tx, contenders["deltars"]), 2),
+            "ours_vs_naive_tx": round(rate(ours_tx, contenders["naive"]), 2),
+            "ours_vs_append_rows": round(rate(rows / ours.seconds, rows / append.seconds), 3),
+            "ours_vs_deltars_tx": round(rate(ours_tx, contenders["deltars"]), 2),
         },
     }
 
@@ -173,7 +151,9 @@ def _w2_workspace(
     folder = ws.dms / data.W2_DATASET / Path(*data.W2_SCHEMA.split("."))
     paths = data.write_dms_files(folder, changes, sizes.w2_files)
     job = Job.create(spark, ws.config(landing={"dms": "./landing/dms"}))
-    table = _seed(spark, job, data.W2_DATASET, [data.W2_SCHEMA], table_rows, sizes)[data.W2_SCHEMA]
+    table = seed_tables(spark, job, data.W2_DATASET, [data.W2_SCHEMA], table_rows, sizes)[
+        data.W2_SCHEMA
+    ]
     return ws, job, paths, table
 
 
@@ -213,11 +193,11 @@ def w2(spark: SparkSession, sizes: Sizes, base: Path) -> tuple[dict[str, Any], O
     say(f"W2: rows after: {rows_after}")
     n = len(changes)
     rates = {
-        "ours": _rate(n, ours.seconds),
-        "naive": _rate(n, naive.seconds),
-        "append": _rate(n, append.seconds),
-        "deltars_per_file": _rate(n, rs_file.seconds),
-        "deltars_all": _rate(n, rs_all.seconds),
+        "ours": rate(n, ours.seconds),
+        "naive": rate(n, naive.seconds),
+        "append": rate(n, append.seconds),
+        "deltars_per_file": rate(n, rs_file.seconds),
+        "deltars_all": rate(n, rs_all.seconds),
     }
     result = {
         "changes": n,
@@ -233,7 +213,7 @@ def w2(spark: SparkSession, sizes: Sizes, base: Path) -> tuple[dict[str, Any], O
         },
         "deltars_all": {**rs_all.as_json(), "changes_per_s": round(rates["deltars_all"], 1)},
         "ratios": {
-            f"ours_vs_{k}": round(_rate(rates["ours"], v), 3)
+            f"ours_vs_{k}": round(rate(rates["ours"], v), 3)
             for k, v in rates.items()
             if k != "ours"
         },
@@ -280,12 +260,12 @@ def sweep(spark: SparkSession, sizes: Sizes, base: Path) -> dict[str, Any]:
         )
         job = Job.create(spark, cfg)
         say(f"Sweep: {per_batch} transactions per batch, 2 batches")
-        _seed(spark, job, data.W1_DATASET, data.W1_SCHEMAS, sizes.w1_table_rows, sizes)
+        seed_tables(spark, job, data.W1_DATASET, data.W1_SCHEMAS, sizes.w1_table_rows, sizes)
         ours = run_job(spark, job)
         say(f"Sweep: {per_batch} per batch: {ours.seconds:.1f}s")
         out[str(per_batch)] = {
             **ours.as_json(),
-            "transactions_per_s": round(_rate(len(txs), ours.seconds), 2),
+            "transactions_per_s": round(rate(len(txs), ours.seconds), 2),
         }
         ws.remove()
     return out

@@ -1,0 +1,35 @@
+"""Helpers shared by the runner (``bench.run``) and the Kafka workloads (``bench.kafka``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from pyspark.sql import SparkSession
+
+from bench import data
+from bench.sizes import Sizes
+from streaming.job import Job
+
+SHUFFLE_PARTITIONS = 4
+"""The config's default ``spark.shuffle_partitions``; the session uses the same."""
+
+
+def say(message: str) -> None:
+    print(f"[{datetime.now().strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def seed_tables(
+    spark: SparkSession, job: Job, dataset: str, schemas: Sequence[str], rows: int, sizes: Sizes
+) -> dict[str, str]:
+    """Seed each schema's current table; returns schema → table path."""
+    paths = {}
+    for schema in schemas:
+        path = job.layout.table(dataset, schema)
+        data.write_seed(spark, path, schema, rows, sizes.rows_per_file)
+        paths[schema] = path
+    return paths
+
+
+def rate(count: float, seconds: float) -> float:
+    return count / seconds if seconds > 0 else 0.0
