@@ -1,4 +1,7 @@
-"""``python -m bench [--quick] [--workloads W1,W2,Scale] [--output bench/results.json]``."""
+"""``python -m bench [--quick] [--workloads W1,W2,Scale] [--output bench/results.json]``.
+
+W1K (W1 over a local Kafka broker) and Latency (publish → outcome at a steady rate) are not in
+the default set: ``--workloads W1K,Latency``."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from pathlib import Path
 from bench.run import render, run
 from bench.sizes import FULL, QUICK
 
-WORKLOADS = ("W1", "W2", "Scale", "Sweep")
+WORKLOADS = ("W1", "W1K", "W2", "Scale", "Sweep", "Latency")
 DEFAULT = ("W1", "W2", "Scale")
 
 
@@ -30,6 +33,29 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="W1: apply only the first N transactions of the generated stream (same data)",
     )
+    parser.add_argument(
+        "--latency-rate", type=float, help="Latency: transactions published per second (50)"
+    )
+    parser.add_argument(
+        "--latency-seconds",
+        type=float,
+        help="Latency: seconds of publishing (60; quick: 20)",
+    )
+    parser.add_argument(
+        "--latency-drain",
+        type=float,
+        help="Latency: seconds after the last publish during which new batches may start "
+        "(600; quick: 240); then the batch in flight finishes and the job stops",
+    )
+    parser.add_argument(
+        "--latency-trigger",
+        help="Latency: the job's trigger.interval, e.g. '1 second' (the default)",
+    )
+    parser.add_argument(
+        "--latency-max-per-batch",
+        type=int,
+        help="Latency: kafka.max_offsets_per_trigger (default: W1's transactions per batch)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the /tmp workspace")
     parser.add_argument(
         "--render",
@@ -48,6 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     sizes = QUICK if args.quick else FULL
     if args.w1_transactions:
         sizes = replace(sizes, w1_transactions=args.w1_transactions)
+    latency = {
+        "latency_rate": args.latency_rate,
+        "latency_seconds": args.latency_seconds,
+        "latency_drain": args.latency_drain,
+        "latency_trigger": args.latency_trigger,
+        "latency_max_per_batch": args.latency_max_per_batch,
+    }
+    sizes = replace(sizes, **{k: v for k, v in latency.items() if v is not None})
     run(sizes, chosen, args.output, keep=args.keep)
     return 0
 

@@ -22,10 +22,11 @@ from typing import Any
 import deltalake
 from pyspark.sql import SparkSession
 
-from bench import baselines, data
+from bench import baselines, data, kafka
 from bench.common import SHUFFLE_PARTITIONS, rate, say, seed_tables
 from bench.ours import OurRun, Workspace, run_job
 from bench.sizes import Sizes
+from connectors.kafka_broker import LocalKafkaBroker
 from streaming.config import SparkConfig
 from streaming.job import Job
 from streaming.session import build_session
@@ -55,12 +56,11 @@ def _rows(table: str) -> int:
 
 
 # -- W1 ----------------------------------------------------------------------------------------
-def w1(spark: SparkSession, sizes: Sizes, base: Path, *, label: str = "W1") -> dict[str, Any]:
-    txs = data.w1_transactions(sizes.w1_transactions, sizes.w1_table_rows)
-    rows = sum(len(tx.rows) for tx in txs)
-    sample = txs[: sizes.w1_sample]
-    sample_rows = sum(len(tx.rows) for tx in sample)
-    ws = Workspace(base / "w1", data.W1_DATASET, data.W1_YAML)
+def _w1_workspace(
+    spark: SparkSession, sizes: Sizes, root: Path, txs: Sequence[data.SmallTx], label: str
+) -> tuple[Workspace, Job, dict[str, str]]:
+    """W1's landing files and data files, its job, its three tables seeded."""
+    ws = Workspace(root, data.W1_DATASET, data.W1_YAML)
     data.write_w1_data(ws.root, txs)
     data.write_requests(ws.landing, txs, sizes.w1_lines_per_file)
     cfg = ws.config(
@@ -73,6 +73,32 @@ def w1(spark: SparkSession, sizes: Sizes, base: Path, *, label: str = "W1") -> d
     job = Job.create(spark, cfg)
     say(f"{label}: seeding 3 x {sizes.w1_table_rows:,} rows")
     tables = seed_tables(spark, job, data.W1_DATASET, data.W1_SCHEMAS, sizes.w1_table_rows, sizes)
+    return ws, job, tables
+
+
+def w1_landing_ours(spark: SparkSession, sizes: Sizes, base: Path) -> dict[str, Any]:
+    """Only W1's "ours (grouped, landing)" run: the reference of the Kafka row when W1 itself
+    is not in the run."""
+    txs = data.w1_transactions(sizes.w1_transactions, sizes.w1_table_rows)
+    rows = sum(len(tx.rows) for tx in txs)
+    ws, job, _ = _w1_workspace(spark, sizes, base / "w1-reference", txs, "W1K reference")
+    say(f"W1K reference: ours over the landing folder, {len(txs):,} transactions")
+    ours = run_job(spark, job)
+    say(f"W1K reference: ours {ours.seconds:.1f}s {ours.statuses}")
+    ws.remove()
+    return {
+        **ours.as_json(),
+        "transactions_per_s": round(rate(len(txs), ours.seconds), 2),
+        "rows_per_s": round(rate(rows, ours.seconds), 2),
+    }
+
+
+def w1(spark: SparkSession, sizes: Sizes, base: Path, *, label: str = "W1") -> dict[str, Any]:
+    txs = data.w1_transactions(sizes.w1_transactions, sizes.w1_table_rows)
+    rows = sum(len(tx.rows) for tx in txs)
+    sample = txs[: sizes.w1_sample]
+    sample_rows = sum(len(tx.rows) for tx in sample)
+    ws, job, tables = _w1_workspace(spark, sizes, base / "w1", txs, label)
     copies = {
         name: {s: _copy(p, base / "w1-tables" / name / s) for s, p in tables.items()}
         for name in ("naive", "deltars")
@@ -136,6 +162,30 @@ def w1(spark: SparkSession, sizes: Sizes, base: Path, *, label: str = "W1") -> d
             "ours_vs_deltars_tx": round(rate(ours_tx, contenders["deltars"]), 2),
         },
     }
+
+
+def w1k(
+    spark: SparkSession,
+    sizes: Sizes,
+    base: Path,
+    broker: LocalKafkaBroker,
+    landing: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """W1 over Kafka, and its ratio to our landing-folder W1 row: this run's W1 when it ran,
+    else a reference run of ours over the landing folder (same data, same batch size)."""
+    result = kafka.w1_kafka(spark, sizes, base, broker)
+    if landing is not None:
+        reference, source = landing["ours"], "W1"
+    else:
+        reference = w1_landing_ours(spark, sizes, base)
+        result["landing"], source = reference, "reference"
+    result["landing_source"] = source
+    result["ratios"] = {
+        "kafka_vs_landing_tx": round(
+            rate(result["ours"]["transactions_per_s"], reference["transactions_per_s"]), 3
+        )
+    }
+    return result
 
 
 # -- W2 and Scale ------------------------------------------------------------------------------
@@ -318,6 +368,14 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float | None], str, flo
 ]
 
 
+LATENCY_P50_TARGET = 3.0
+"""Issue 6: seconds from publishing a transaction to its outcome event, median, at 50 tx/s."""
+
+
+def _latency(entry: dict[str, Any]) -> str:
+    return f"{'' if entry['exact'] else '>= '}{entry['seconds']:.1f}s"
+
+
 def _get(results: dict[str, Any], *keys: str) -> float | None:
     node: Any = results
     for k in keys:
@@ -369,6 +427,51 @@ def render(results: dict[str, Any]) -> str:
             r["deltars"],
             ratios["ours_vs_deltars_tx"],
         )
+    if "W1K" in results:
+        r = results["W1K"]
+        lines.append(
+            f"W1K: the same {r['transactions']:,} transactions as JSON requests on a Kafka topic, "
+            f"{r['per_batch']:,} per batch (kafka.max_offsets_per_trigger), first publish → "
+            "last outcome event; ratio = kafka / landing"
+        )
+        if "landing" in r:
+            row("W1", "ours (grouped, landing, reference)", r["landing"], None)
+        row("W1", "ours (grouped, kafka)", r["ours"], r["ratios"]["kafka_vs_landing_tx"])
+    if "Latency" in results:
+        r = results["Latency"]
+        lat = r["latency"]
+        lines.append(
+            f"Latency: {r['published']:,} transactions of 1-5 rows published at {r['rate']:g} tx/s "
+            f"for {r['publish_seconds']:g}s (achieved {r['achieved_rate']:.1f} tx/s) while ours "
+            f"runs, trigger {r['trigger']}, <= {r['per_batch']} per batch"
+        )
+        lines.append(
+            f"Latency  ours (kafka), publish → outcome: p50 {_latency(lat['p50'])}, "
+            f"p99 {_latency(lat['p99'])}, max {_latency(lat['max'])}; "
+            f"{r['measured']:,} of {r['published']:,} transactions measured"
+        )
+        if r["censored"]:
+            lines.append(
+                f"Latency  {r['censored']:,} had no outcome when the job was stopped "
+                f"{r['stopped_after_last_publish']:.0f}s after the last publish: their latency "
+                "counts as a lower bound (>=)"
+            )
+        lines.append(
+            f"Latency  measured: median {r['median_queued_seconds']:.1f}s from publish to the "
+            f"start of its micro-batch, {r['median_in_batch_seconds']:.1f}s from there to the "
+            "outcome"
+        )
+        for b in r["batches"]:
+            sink = f"{b['sink_seconds']:.1f}s in the sink" if b["sink_seconds"] else "skipped"
+            measured = (
+                f", {b['measured']} outcomes at {b['latency_min']:.1f}-{b['latency_max']:.1f}s"
+                if b["measured"]
+                else ""
+            )
+            lines.append(
+                f"Latency  batch {b['batchId']}: {b['inputRows']} requests, "
+                f"{b['spark_seconds']:.1f}s (Spark), {sink}{measured}"
+            )
     if "W2" in results:
         r = results["W2"]
         ratios = r["ratios"]
@@ -397,7 +500,7 @@ def render(results: dict[str, Any]) -> str:
             f"Sweep    ours, {int(per_batch):>4} transactions per batch {entry['seconds']:>9.1f}s "
             f"{entry['transactions_per_s']:>7.2f} tx/s"
         )
-    for work in ("W1", "W2"):
+    for work in ("W1", "W1K", "W2"):
         if work in results:
             lines += ["", *profile_lines(f"{work} ours", results[work]["ours"])]
     lines += ["", "targets:"]
@@ -408,6 +511,18 @@ def render(results: dict[str, Any]) -> str:
         met = value >= bound if op == ">=" else value <= bound
         lines.append(
             f"  {name:<40} {value:>8.2f}x  (target {op} {bound}x)  {'met' if met else 'NOT met'}"
+        )
+    if "Latency" in results:
+        p50 = results["Latency"]["latency"]["p50"]
+        value, bound = p50["seconds"], LATENCY_P50_TARGET
+        verdict = (
+            ("met" if value <= bound else "NOT met")
+            if p50["exact"] or value > bound
+            else "unknown (a lower bound)"
+        )
+        lines.append(
+            f"  {'Latency p50, publish → outcome':<40} {'' if p50['exact'] else '>='}"
+            f"{value:>8.2f}s  (target <= {bound}s)  {verdict}"
         )
     return "\n".join(lines)
 
@@ -451,12 +566,17 @@ def run(
     }
     started = time.perf_counter()
     spark = session()
+    broker: LocalKafkaBroker | None = None
     try:
         warm_up(spark, base)
         if "W1" in workloads:
             results["W1"] = w1(spark, sizes, base)
             shutil.rmtree(base / "w1", ignore_errors=True)
             shutil.rmtree(base / "w1-tables", ignore_errors=True)
+            _write(output, results)
+        if "W1K" in workloads:
+            broker = broker or kafka.start_broker(base)
+            results["W1K"] = w1k(spark, sizes, base, broker, results.get("W1"))
             _write(output, results)
         reuse = None
         if "W2" in workloads:
@@ -470,12 +590,17 @@ def run(
             _write(output, results)
         if "Sweep" in workloads:
             results["Sweep"] = sweep(spark, sizes, base)
+        if "Latency" in workloads:
+            broker = broker or kafka.start_broker(base)
+            results["Latency"] = kafka.latency(spark, sizes, base, broker)
         results["seconds"] = round(time.perf_counter() - started, 1)
         results["load_average_end"] = round(os.getloadavg()[0], 1)
         _write(output, results)
         print(render(results), flush=True)
         return results
     finally:
+        if broker is not None:
+            broker.stop()
         spark.stop()
         if not keep:
             shutil.rmtree(base, ignore_errors=True)

@@ -32,6 +32,17 @@ class Sizes:
     sweep: tuple[int, ...] = (25, 100, 200)
     """Sweep (optional workload): W1 transactions per micro-batch to time our path at (ours
     only, two batches each, on W1's table size)."""
+    latency_rate: float = 50.0
+    """Latency: transactions published per second (steady), while the job runs."""
+    latency_seconds: float = 60.0
+    """Latency: how long transactions are published for (rate x seconds transactions)."""
+    latency_drain: float = 600.0
+    """Latency: after the last publish, how long new micro-batches may still start; then the
+    batch in flight finishes and the job stops (what has no outcome by then is censored)."""
+    latency_trigger: str = "1 second"
+    """Latency: the job's ``trigger.interval`` (processing-time trigger)."""
+    latency_max_per_batch: int = 0
+    """Latency: ``kafka.max_offsets_per_trigger``; 0 = W1's transactions per batch."""
 
 
 FULL = Sizes(
@@ -59,4 +70,6 @@ QUICK = Sizes(
     w2_files=10,
     scale_rows=(100_000, 1_000_000),
     sweep=(25, 100),
+    latency_seconds=20.0,
+    latency_drain=240.0,
 )
