@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from pyspark.errors import AnalysisException
@@ -21,6 +22,7 @@ from streaming.catalog import SchemaDef
 from streaming.core.columns import ColumnFormat, resolve_columns
 from streaming.core.fold import ChangeKind
 from streaming.errors import RejectedError
+from streaming.jsonfiles import batchable, local_or_hadoop_lister, read_json_loads
 from streaming.plan import Files, Load, SchemaRows
 from streaming.reads import Reader, filtered
 from streaming.requests import DataFormat, Operation
@@ -103,6 +105,81 @@ def _kind(load: Load, raw: DataFrame, schema: SchemaDef, sources: dict[str, str]
     return F.when(deleted, F.lit(ChangeKind.DELETE.value)).otherwise(kind)
 
 
+def resolve_sources(load: Load, columns: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """For a load whose data has ``columns``: property → the column feeding it, and the
+    properties it writes (DELETE needs only ids; PATCH writes only the columns its source
+    has)."""
+    schema = load.schema
+    props = schema.data_columns()
+    files = load.source if isinstance(load.source, Files) else None
+    extended = files is not None and files.format is DataFormat.EXTENDED
+    keys = ["id"] if schema.is_object else []
+    sources = resolve_columns(
+        keys if extended else [*keys, *props],
+        [c for c in columns if c not in (CORRUPT, ROW, *META_SOURCE_COLUMNS)],
+        files.column_format if files else ColumnFormat.AS_SPECIFIED,
+        dict(files.column_mapping) if files else {},
+        relaxed=files.location.local if files else True,
+    )
+    if extended:
+        sources |= {p: f"{VALUE}{p}" for p in props if f"{VALUE}{p}" in columns}
+    if schema.is_object and "id" not in sources:
+        raise RejectedError(
+            f"{_describe(load)}: no id column for {schema.name}", code="MISSING_ID_COLUMN"
+        )
+    present = [] if load.kind is ChangeKind.DELETE else [p for p in props if p in sources]
+    return sources, present
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """Change rows (with check columns) of one load, or of several loads of one table."""
+
+    loads: tuple[Load, ...]
+    frame: DataFrame
+
+    def without(self, ordinals: set[int]) -> Loaded | None:
+        """The rows of the other loads; None if none is left."""
+        keep = tuple(load for load in self.loads if load.ordinal not in ordinals)
+        if len(keep) == len(self.loads):
+            return self
+        if not keep:
+            return None
+        ordinal = F.shiftright(F.col("__seq"), SEQ_SHIFT)
+        return Loaded(keep, self.frame.where(~ordinal.isin(sorted(ordinals))))
+
+
+def load_wave(
+    spark: SparkSession, loads: Sequence[Load], reader: Reader
+) -> tuple[list[Loaded], dict[str, RejectedError]]:
+    """The change rows of a wave's loads read at the reader's versions and checked by one
+    Spark job; the transactions whose data is wrong, each with the error of its first load
+    that is. JSON files into object tables are read together (``streaming.jsonfiles``), every
+    other source load by load."""
+    errors: dict[int, RejectedError] = {}
+    batched = [load for load in loads if batchable(load)]
+    groups, refused = read_json_loads(
+        spark, batched, resolve_sources, local_or_hadoop_lister(spark), _describe
+    )
+    errors.update(refused)
+    loaded = [Loaded(tuple(group.loads), group.frame) for group in groups]
+    for load in loads:
+        if load in batched or load.source is None:
+            continue
+        try:
+            loaded.append(Loaded((load,), load_changes(spark, load, reader)))
+        except RejectedError as e:
+            errors[load.ordinal] = e
+    errors.update(check_loads(loaded))
+    by_ordinal = {load.ordinal: load for load in loads}
+    rejected: dict[str, RejectedError] = {}
+    for ordinal in sorted(errors):
+        rejected.setdefault(by_ordinal[ordinal].transaction_id, errors[ordinal])
+    dropped = {load.ordinal for load in loads if load.transaction_id in rejected}
+    kept = [part.without(dropped) for part in loaded]
+    return [part for part in kept if part is not None], rejected
+
+
 def load_changes(spark: SparkSession, load: Load, reader: Reader) -> DataFrame:
     """The rows of ``load`` as change rows (see ``streaming.apply``) plus check columns."""
     try:
@@ -118,23 +195,8 @@ def load_changes(spark: SparkSession, load: Load, reader: Reader) -> DataFrame:
     props = schema.data_columns()
     files = load.source if isinstance(load.source, Files) else None
     extended = files is not None and files.format is DataFormat.EXTENDED
-    keys = ["id"] if schema.is_object else []
-    sources = resolve_columns(
-        keys if extended else [*keys, *props],
-        [c for c in raw.columns if c not in (CORRUPT, ROW, *META_SOURCE_COLUMNS)],
-        files.column_format if files else ColumnFormat.AS_SPECIFIED,
-        dict(files.column_mapping) if files else {},
-        relaxed=files.location.local if files else True,
-    )
-    if extended:
-        sources |= {p: f"{VALUE}{p}" for p in props if f"{VALUE}{p}" in raw.columns}
-    if schema.is_object and "id" not in sources:
-        raise RejectedError(
-            f"{_describe(load)}: no id column for {schema.name}", code="MISSING_ID_COLUMN"
-        )
+    sources, present = resolve_sources(load, raw.columns)
     types = {f.name: f.dataType for f in schema.spark_schema().fields}
-    # DELETE needs only ids; PATCH writes only the columns its source has.
-    present = [] if load.kind is ChangeKind.DELETE else [p for p in props if p in sources]
     uncastable = {
         p: raw.schema[sources[p]].dataType.simpleString()
         for p in present
@@ -253,13 +315,13 @@ def _with_scope_deletes(
     return changes.unionByName(out)
 
 
-def check_loads(loaded: Sequence[tuple[Load, DataFrame]]) -> dict[int, RejectedError]:
-    """Row-level problems per load ordinal, found by one Spark job over every load of the batch."""
+def check_loads(loaded: Sequence[Loaded]) -> dict[int, RejectedError]:
+    """Row-level problems per load ordinal, found by one Spark job over every load of the wave."""
     if not loaded:
         return {}
-    union = loaded[0][1].select(_CHECK_COLUMNS)
-    for _, df in loaded[1:]:
-        union = union.unionByName(df.select(_CHECK_COLUMNS))
+    union = loaded[0].frame.select(_CHECK_COLUMNS)
+    for part in loaded[1:]:
+        union = union.unionByName(part.frame.select(_CHECK_COLUMNS))
     stats = (
         union.groupBy("__seq")
         .agg(
@@ -270,7 +332,7 @@ def check_loads(loaded: Sequence[tuple[Load, DataFrame]]) -> dict[int, RejectedE
         )
         .collect()
     )
-    by_ordinal = {load.ordinal: load for load, _ in loaded}
+    by_ordinal = {load.ordinal: load for part in loaded for load in part.loads}
     errors: dict[int, RejectedError] = {}
     for row in stats:
         load = by_ordinal[int(row["__seq"]) >> SEQ_SHIFT]

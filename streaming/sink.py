@@ -41,7 +41,7 @@ from streaming.core.steps import segments, waves
 from streaming.errors import CdcError, FailedError, RejectedError
 from streaming.faults import crash_point
 from streaming.layout import Layout, ObjectTable
-from streaming.loads import changes_only, check_loads, load_changes
+from streaming.loads import Loaded, changes_only, load_wave
 from streaming.outcomes import ActionOutcome, ErrorInfo, Outcome, Status
 from streaming.plan import Load, PlannedTransaction, plan_transaction
 from streaming.reads import Reader
@@ -159,23 +159,12 @@ class Sink:
 
     def _load(
         self, loads: Sequence[Load], timeline: Timeline
-    ) -> tuple[list[tuple[Load, DataFrame]], dict[str, RejectedError]]:
+    ) -> tuple[list[Loaded], dict[str, RejectedError]]:
         """Change rows of ``loads`` read at the timeline's versions, checked by one Spark job;
         the transactions whose data is wrong, with their error."""
-        reader = self._reader(timeline)
-        loaded: list[tuple[Load, DataFrame]] = []
-        rejected: dict[str, RejectedError] = {}
-        for load in loads:
-            if load.transaction_id in rejected or load.source is None:
-                continue
-            try:
-                loaded.append((load, load_changes(self.spark, load, reader)))
-            except RejectedError as e:
-                rejected[load.transaction_id] = e
-        for ordinal, error in check_loads(loaded).items():
-            tid = next(load.transaction_id for load, _ in loaded if load.ordinal == ordinal)
-            rejected.setdefault(tid, error)
-        return [(load, df) for load, df in loaded if load.transaction_id not in rejected], rejected
+        return load_wave(
+            self.spark, [ld for ld in loads if ld.source is not None], self._reader(timeline)
+        )
 
     def _apply_segment(
         self,
@@ -236,13 +225,23 @@ class Sink:
     def _apply_wave(
         self,
         wave: Sequence[Load],
-        loaded: Sequence[tuple[Load, DataFrame]],
+        loaded: Sequence[Loaded],
         timeline: Timeline,
         done: dict[int, tuple[dict[Effect, int], int]],
         history: list[tuple[TableResult, ObjectTable, BatchCommit]],
     ) -> None:
         """Write each table of the wave once (in path order), one step each."""
-        rows = {load.ordinal: changes_only(df) for load, df in loaded}
+
+        def rows(loads: Sequence[Load]) -> DataFrame:
+            wanted = {load.ordinal for load in loads}
+            return _union(
+                [
+                    changes_only(part.frame)
+                    for part in loaded
+                    if any(load.ordinal in wanted for load in part.loads)
+                ]
+            )
+
         by_table: dict[str, list[Load]] = defaultdict(list)
         for load in wave:
             by_table[load.writes].append(load)
@@ -254,7 +253,7 @@ class Sink:
                 paths = self.layout.object_table(loads[0].dataset, schema.name)
                 result = apply_to_object_table(
                     self.spark,
-                    changes=_union([rows[load.ordinal] for load in loads]),
+                    changes=rows(loads),
                     schema=schema,
                     paths=paths,
                     before={p: timeline.version(p) for p in paths.restorable},
@@ -282,7 +281,7 @@ class Sink:
             inserts = [load for load in loads if load.operation is Operation.INSERT_RECORD]
             if inserts:
                 commit = timeline.next_step()
-                changes = _union([rows[load.ordinal] for load in inserts])
+                changes = rows(inserts)
                 counts = records.insert_records(self.spark, changes, path, commit)
                 _count(done, inserts, counts, timeline.wrote(path, commit))
 

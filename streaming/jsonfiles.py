@@ -1,0 +1,282 @@
+"""Every JSON-lines load of a wave read together: two Spark jobs, not one per load.
+
+Reading each load's files on its own costs a schema-inference job per load, and a plan that
+unions hundreds of small scans makes every later job over it slower with each load it holds
+(its tasks carry the whole plan). Here the data files of all batchable loads are listed on the
+driver (no Spark job), read once as text, and:
+
+1. a *discovery* job collects the top-level keys each file has. From them each load resolves
+   its columns exactly as a one-load read would (column format, mapping, the relaxed match for
+   local files, ambiguity, a missing id column) and learns which columns it has (PATCH writes
+   only those);
+2. one DataFrame per target table then carries every load's rows: each record is parsed into a
+   map of key → VARIANT (so a value keeps its JSON type: ``3`` is a number, ``"3"`` a string,
+   ``{...}`` an object), joined with a small table of the loads (file → ordinal, transaction,
+   kind, property → key), and cast to the schema's types with ``try_variant_get``. A value that
+   does not fit becomes a ``__bad_cols`` entry (TYPE_MISMATCH), an unparsable record or one
+   with a repeated key is ``__corrupt`` (CORRUPT_RECORD); the batch's one check job sees them.
+
+Only JSON files feeding object tables with a per-row kind (UPSERT, PATCH, DELETE,
+INSERT_IGNORE) take this path; everything else is read load by load (``streaming.loads``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from streaming.apply import SEQ_SHIFT
+from streaming.catalog import SchemaDef
+from streaming.core.fold import ChangeKind
+from streaming.errors import RejectedError
+from streaming.plan import Files, Load
+from streaming.requests import DataFormat, Operation
+
+BATCHED_KINDS = (ChangeKind.UPSERT, ChangeKind.PATCH, ChangeKind.DELETE, ChangeKind.INSERT_IGNORE)
+_FILE = "__file"
+_LOADS_SCHEMA = StructType(
+    [
+        StructField(_FILE, StringType()),
+        StructField("ordinal", LongType()),
+        StructField("tx", StringType()),
+        StructField("kind", StringType()),
+        StructField("cols", ArrayType(StringType())),
+        StructField("src", MapType(StringType(), StringType())),
+    ]
+)
+
+Lister = Callable[[str], list[str]]
+"""A location (a directory or a file) → the data files to read there."""
+Resolver = Callable[[Load, Sequence[str]], tuple[dict[str, str], list[str]]]
+"""A load and the columns its data has → (property → column, the properties it writes)."""
+
+
+def batchable(load: Load) -> bool:
+    """Whether ``load`` is read by this module (JSON lines into an object table)."""
+    return (
+        isinstance(load.source, Files)
+        and load.source.format is DataFormat.JSON
+        and load.schema.is_object
+        and load.kind in BATCHED_KINDS
+        and load.operation not in (Operation.MERGE, Operation.REPLACE)
+    )
+
+
+@dataclass(frozen=True)
+class JsonGroup:
+    """The rows of the batched loads that write one table (check columns included)."""
+
+    loads: tuple[Load, ...]
+    frame: DataFrame
+
+
+def read_json_loads(
+    spark: SparkSession,
+    loads: Sequence[Load],
+    resolve: Resolver,
+    list_files: Lister,
+    describe: Callable[[Load], str],
+) -> tuple[list[JsonGroup], dict[int, RejectedError]]:
+    """The batched loads' change rows, one frame per target table; loads refused before any
+    row is read (no data files, no id column, ambiguous columns), by ordinal."""
+    refused: dict[int, RejectedError] = {}
+    files: dict[int, list[str]] = {}
+    for load in loads:
+        try:
+            found = list_files(load.files.location.path)
+        except Exception as e:  # an unreachable store: the load cannot be read
+            refused[load.ordinal] = RejectedError(
+                f"cannot list {describe(load)}: {str(e).splitlines()[0]}", code="UNREADABLE_DATA"
+            )
+            continue
+        if not found:
+            refused[load.ordinal] = RejectedError(
+                f"{describe(load)}: no data files", code="UNREADABLE_DATA"
+            )
+            continue
+        files[load.ordinal] = found
+    everything = sorted({f for fs in files.values() for f in fs})
+    if not everything:
+        return [], refused
+    text = spark.read.text(everything).select(
+        F.col("_metadata.file_path").alias(_FILE), _records(F.col("value")).alias("record")
+    )
+    keys_by_file = _discover(text)
+    by_table: dict[str, list[tuple[Load, list[str], dict[str, str], list[str]]]] = defaultdict(list)
+    for load in loads:
+        if load.ordinal not in files:
+            continue
+        wanted = {_normalise(f) for f in files[load.ordinal]}
+        spark_files = [fp for fp in keys_by_file if _normalise(fp) in wanted]
+        columns = sorted({k for fp in spark_files for k in keys_by_file[fp]})
+        try:
+            sources, present = resolve(load, columns)
+        except RejectedError as e:
+            refused[load.ordinal] = e
+            continue
+        by_table[load.writes].append((load, spark_files, sources, present))
+    groups = [
+        JsonGroup(tuple(m[0] for m in members), _changes(spark, text, members))
+        for _, members in sorted(by_table.items())
+    ]
+    return groups, refused
+
+
+def _records(value: Column) -> Column:
+    """A line's records: the line, or the elements of a top-level JSON array (as the JSON
+    reader does); blank lines hold none."""
+    blank = F.trim(value) == F.lit("")
+    array = F.ltrim(value).startswith("[")
+    return F.explode(
+        F.when(blank, F.array().cast("array<string>"))
+        .when(array, F.coalesce(F.from_json(value, "array<string>"), F.array(value)))
+        .otherwise(F.array(value))
+    )
+
+
+def _discover(text: DataFrame) -> dict[str, list[str]]:
+    """Spark's file path → the top-level keys its records have (one Spark job). Every file
+    with a record is there, even if none of its records is a JSON object."""
+    rows = (
+        text.select(_FILE, F.explode_outer(F.json_object_keys("record")).alias("key"))
+        .groupBy(_FILE)
+        .agg(F.collect_set("key").alias("keys"))
+        .collect()
+    )
+    return {r[_FILE]: sorted(r["keys"]) for r in rows}
+
+
+def _normalise(path: str) -> str:
+    """A path as listed, or as Spark reports it (``file:/x``, percent-encoded), made equal."""
+    if path.startswith("file:"):
+        return "/" + unquote(path[len("file:") :]).lstrip("/")
+    if "://" in path:
+        return unquote(path)
+    return os.path.abspath(path)
+
+
+def _changes(
+    spark: SparkSession,
+    text: DataFrame,
+    members: Sequence[tuple[Load, list[str], dict[str, str], list[str]]],
+) -> DataFrame:
+    """Change rows (as ``streaming.loads.load_changes`` makes them) of loads of one table."""
+    schema = members[0][0].schema
+    table = spark.createDataFrame(
+        [
+            (
+                fp,
+                load.ordinal,
+                load.transaction_id,
+                load.kind.value if load.kind else None,
+                present if load.kind is ChangeKind.PATCH else None,
+                {p: sources[p] for p in ["id", *present]},
+            )
+            for load, spark_files, sources, present in members
+            for fp in spark_files
+        ],
+        _LOADS_SCHEMA,
+    )
+    keys = F.json_object_keys("record")
+    parsed = text.join(F.broadcast(table), _FILE).select(
+        "*",
+        F.transform_values(
+            F.from_json("record", "map<string,variant>"),
+            lambda _, v: F.when(~F.is_variant_null(v), v),
+        ).alias("m"),
+        (F.size(keys) != F.size(F.array_distinct(keys))).alias("__repeated"),
+    )
+
+    def raw(prop: str) -> Column:
+        return F.element_at("m", F.element_at("src", F.lit(prop)))
+
+    types = {f.name: f.dataType for f in schema.spark_schema().fields}
+    values: list[Column] = []
+    bad: list[Column] = []
+    for prop, target in types.items():
+        value = raw(prop)
+        nested = F.regexp_like(F.schema_of_variant(value), F.lit("^(OBJECT|ARRAY)"))
+        wrong_shape = nested != F.lit(isinstance(target, ArrayType | MapType | StructType))
+        cast = F.when(~wrong_shape, F.try_variant_get(value, "$", target.simpleString()))
+        values.append(cast.alias(prop))
+        bad.append(F.when(value.isNotNull() & cast.isNull(), F.lit(prop)))
+    kind = F.col("kind")
+    tombstone = schema.tombstone
+    if tombstone is not None:
+        marked = _tombstone_marked(raw(tombstone.column), schema)
+        upsert = kind == F.lit(ChangeKind.UPSERT.value)
+        kind = F.when(upsert & marked, F.lit(ChangeKind.DELETE.value)).otherwise(kind)
+    return parsed.select(
+        F.try_variant_get(raw("id"), "$", "string").alias("id"),
+        F.shiftleft(F.col("ordinal"), SEQ_SHIFT).alias("__seq"),
+        F.col("tx").alias("__tx"),
+        kind.alias("__kind"),
+        F.col("cols").alias("__cols"),
+        F.lit(None).cast(MapType(StringType(), LongType())).alias("__flags"),
+        F.lit(None).cast("long").alias("__version"),
+        F.lit(None).cast("timestamp").alias("__created"),
+        F.struct(*values).alias("data"),
+        F.array_compact(F.array(*bad)).alias("__bad_cols"),
+        (F.col("m").isNull() | F.coalesce(F.col("__repeated"), F.lit(False))).alias("__corrupt"),
+    )
+
+
+def _tombstone_marked(value: Column, schema: SchemaDef) -> Column:
+    """Seed 001's tombstone key on a JSON value: boolean true; a string equal to the
+    configured value; any other type: present and not null."""
+    tombstone = schema.tombstone
+    assert tombstone is not None
+    base = schema.properties[tombstone.column].base_type
+    if base == "boolean":
+        marked = F.try_variant_get(value, "$", "boolean")
+    elif base == "string" and tombstone.value is not None:
+        marked = F.try_variant_get(value, "$", "string") == F.lit(tombstone.value)
+    else:
+        marked = value.isNotNull()
+    return F.coalesce(marked, F.lit(False))
+
+
+def local_or_hadoop_lister(spark: SparkSession) -> Lister:
+    """List a location's data files as Spark's file sources would: the location itself if it
+    is a file, else the files directly in it, without hidden (``.``) and metadata (``_``)
+    files."""
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def visible(name: str) -> bool:
+        return not name.startswith((".", "_"))
+
+    def listing(path: str) -> list[str]:
+        if "://" not in path:
+            if os.path.isfile(path):
+                return [os.path.abspath(path)]
+            with os.scandir(path) as entries:
+                return sorted(
+                    os.path.abspath(e.path) for e in entries if e.is_file() and visible(e.name)
+                )
+        hpath = jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
+        fs = hpath.getFileSystem(conf)
+        status = fs.getFileStatus(hpath)
+        if not status.isDirectory():
+            return [str(status.getPath().toString())]
+        return sorted(
+            str(s.getPath().toString())
+            for s in fs.listStatus(hpath)
+            if s.isFile() and visible(str(s.getPath().getName()))
+        )
+
+    return listing
