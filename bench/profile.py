@@ -87,7 +87,7 @@ class Profiler:
         self._patched.append((owner, attr, original))
 
     def __enter__(self) -> Profiler:
-        from streaming import apply, ledger, sink, system, timeline
+        from streaming import apply, ledger, loads, sink, system, timeline
 
         sink_cls = sink.Sink
         self.wrap(sink_cls, "__call__", "sink (foreachBatch)")
@@ -95,8 +95,9 @@ class Profiler:
         self.wrap(sink_cls, "_plan", "plan + validate")
         self.wrap(timeline.Timeline, "open", "timeline: versions of the tables")
         self.wrap(sink_cls, "_load", "load: read data + checks")
-        self.wrap(sink, "load_changes", "read + infer schema, per load", jobs=False)
-        self.wrap(sink, "check_loads", "check rows (1 job)")
+        self.wrap(loads, "read_json_loads", "JSON loads: list files + keys (1 job)")
+        self.wrap(loads, "load_changes", "other loads: read + infer schema, per load", jobs=False)
+        self.wrap(loads, "check_loads", "check rows (1 job)")
         self.wrap(sink_cls, "_apply_wave", "apply: fold + MERGE per table")
         self.wrap(sink, "apply_to_object_table", "apply to one object table")
         self.wrap(_dataframe_class(), "localCheckpoint", "join stored state + fold (mapInArrow)")
