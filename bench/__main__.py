@@ -56,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="Latency: kafka.max_offsets_per_trigger (default: W1's transactions per batch)",
     )
+    parser.add_argument(
+        "--sweep",
+        help="Sweep: comma-separated transactions per micro-batch (default: the size's list)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the /tmp workspace")
     parser.add_argument(
         "--render",
@@ -74,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = QUICK if args.quick else FULL
     if args.w1_transactions:
         sizes = replace(sizes, w1_transactions=args.w1_transactions)
+    if args.sweep:
+        sizes = replace(sizes, sweep=tuple(int(n) for n in args.sweep.split(",") if n.strip()))
     latency = {
         "latency_rate": args.latency_rate,
         "latency_seconds": args.latency_seconds,
