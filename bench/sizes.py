@@ -29,7 +29,7 @@ class Sizes:
     """Scale: W2's changes against tables of these sizes (ours only)."""
     rows_per_file: int = 250_000
     """Seeded tables are written as files of about this many rows."""
-    sweep: tuple[int, ...] = (25, 100, 200)
+    sweep: tuple[int, ...] = (100, 500, 1000)
     """Sweep (optional workload): W1 transactions per micro-batch to time our path at (ours
     only, two batches each, on W1's table size)."""
     latency_rate: float = 50.0
@@ -50,7 +50,7 @@ FULL = Sizes(
     w1_transactions=10_000,
     w1_table_rows=100_000,
     w1_lines_per_file=100,
-    w1_files_per_trigger=2,
+    w1_files_per_trigger=5,
     w1_sample=100,
     w2_changes=200_000,
     w2_table_rows=1_000_000,
@@ -60,16 +60,16 @@ FULL = Sizes(
 
 QUICK = Sizes(
     name="quick",
-    w1_transactions=200,
+    w1_transactions=1_000,
     w1_table_rows=10_000,
     w1_lines_per_file=100,
-    w1_files_per_trigger=1,
+    w1_files_per_trigger=5,
     w1_sample=10,
     w2_changes=20_000,
     w2_table_rows=100_000,
     w2_files=10,
     scale_rows=(100_000, 1_000_000),
-    sweep=(25, 100),
+    sweep=(100, 500),
     latency_seconds=20.0,
     latency_drain=240.0,
 )
