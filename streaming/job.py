@@ -126,7 +126,9 @@ class Job:
         return cls(spark, cfg, datasets, layout, sink)
 
     def start(self, *, once: bool) -> StreamingQuery:
-        self.spark.streams.addListener(self.listener)  # `run` removes it when the query ends
+        """Start the query; ``run`` waits for it, else end it with ``stop`` (which detaches the
+        progress listener: a listener left behind would log the next query of the same name)."""
+        self.spark.streams.addListener(self.listener)
         writer = (
             request_stream(self.spark, self.cfg)
             .writeStream.queryName(self.cfg.query_name)
@@ -152,6 +154,13 @@ class Job:
         error = query.exception()
         if error is not None:
             raise RuntimeError(f"streaming query failed: {error}")
+
+    def stop(self, query: StreamingQuery) -> None:
+        """Stop a query ``start`` returned, and detach its progress listener."""
+        try:
+            query.stop()
+        finally:
+            self._stop_listening(query)
 
     def _stop_listening(self, query: StreamingQuery) -> None:
         """Detach the listener once it has seen the query end (so it logged every batch)."""

@@ -25,7 +25,8 @@ STATUSES = [s.value for s in Status]
 
 
 def _batch_times(spark: SparkSession, path: str, query: str) -> dict[int, datetime]:
-    """batch id → commit time, from the ``userMetadata`` of this query's appends to ``path``."""
+    """batch id → commit time, from the ``userMetadata`` of this query's appends to ``path``
+    (under any of its checkpoints)."""
     times: dict[int, datetime] = {}
     rows = (
         DeltaTable.forPath(spark, path)
@@ -39,9 +40,15 @@ def _batch_times(spark: SparkSession, path: str, query: str) -> dict[int, dateti
             meta = json.loads(row["userMetadata"])
         except (TypeError, ValueError):
             continue
-        if isinstance(meta, dict) and meta.get("cdc") == query and "batchId" in meta:
+        if isinstance(meta, dict) and _ours(meta.get("cdc"), query) and "batchId" in meta:
             times.setdefault(int(meta["batchId"]), datetime.fromisoformat(meta["at"]))
     return times
+
+
+def _ours(committer: object, query: str) -> bool:
+    """Whether a commit's ``cdc`` metadata names ``query``: ``<query>@<checkpoint id>`` (the
+    newest history first, so a newer checkpoint's batch wins a repeated batch id)."""
+    return isinstance(committer, str) and (committer == query or committer.startswith(f"{query}@"))
 
 
 def collect_status(spark: SparkSession, layout: Layout, batches: int = 10) -> dict[str, Any]:

@@ -78,7 +78,7 @@ def test_broker_stop_and_start_mid_stream_loses_nothing(
             wait_for(committed("tx-2"), 300, "tx-2 after the outage")
             assert query.isActive and query.exception() is None
         finally:
-            query.stop()
+            job.stop(query)
 
         dogs = deltalake.DeltaTable(job.layout.table("petstore", "petstore.Dog")).to_pyarrow_table()
         assert sorted(dogs.column("id").to_pylist()) == ["dog1", "dog2"]

@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from streaming.cli import main
 from streaming.config import LogConfig
+from streaming.job import Job
 from streaming.logs import configure_logging
 from tests.support import Workspace, request, upsert
 
@@ -60,7 +61,7 @@ def test_status_counts_a_known_mix(
     logged = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line[:1] == "{"]
     progress = [e for e in logged if e.get("event") == "query_progress"]
     assert [e["batchId"] for e in progress] == [0, 1]
-    assert all(e["logger"] == "streaming.observe" for e in progress)
+    assert {e["logger"] for e in progress} == {"streaming.observe"}, progress
 
     assert main(["status", "--config", str(config_file), "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
@@ -69,7 +70,7 @@ def test_status_counts_a_known_mix(
         (b["batchId"], b["transactions"], b["COMMITTED"], b["REJECTED"], b["DUPLICATE"])
         for b in status["batches"]
     ] == [(1, 2, 1, 0, 1), (0, 2, 1, 1, 0)]
-    assert all(b["at"] for b in status["batches"])
+    assert all(b["at"] for b in status["batches"]), status["batches"]
     assert status["transactions"] == 2
     dogs = deltalake.DeltaTable(first.layout.table("petstore", "petstore.Dog"))
     assert [(t["dataset"], t["table"], t["version"], t["batchId"]) for t in status["tables"]] == [
@@ -80,3 +81,23 @@ def test_status_counts_a_known_mix(
     text = capsys.readouterr().out
     assert "outcomes by status" in text and "last batches" in text
     assert "ledger: 2 committed transaction(s)" in text
+
+
+def test_a_stopped_jobs_listener_hears_no_later_query(spark: SparkSession, ws: Workspace) -> None:
+    """A job started with ``start`` and ended with ``stop`` leaves no listener behind: one left
+    attached logged every later query of the same name a second time."""
+    ws.dataset("petstore", DOG)
+    ws.data("a/petstore/Dog/part.json", {"id": "dog1", "name": "Scooby"})
+    ws.data("b/petstore/Dog/part.json", {"id": "dog2", "name": "Lassie"})
+    cfg = ws.config()
+    ws.requests(request("tx-1", upsert("./data/a")))
+    first = Job.create(spark, cfg)
+    query = first.start(once=True)
+    query.awaitTermination()
+    first.stop(query)
+    assert [e["batchId"] for e in first.listener.entries] == [0]
+
+    ws.requests(request("tx-2", upsert("./data/b")))
+    second = ws.run_once(spark, cfg)
+    assert [e["batchId"] for e in second.listener.entries] == [1]
+    assert [e["batchId"] for e in first.listener.entries] == [0]
