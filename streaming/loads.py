@@ -163,8 +163,9 @@ def load_wave(
     )
     errors.update(refused)
     loaded = [Loaded(tuple(group.loads), group.frame) for group in groups]
+    read = {load.ordinal for load in batched}
     for load in loads:
-        if load in batched or load.source is None:
+        if load.ordinal in read or load.source is None:
             continue
         try:
             loaded.append(Loaded((load,), load_changes(spark, load, reader)))

@@ -162,9 +162,7 @@ class Sink:
     ) -> tuple[list[Loaded], dict[str, RejectedError]]:
         """Change rows of ``loads`` read at the timeline's versions, checked by one Spark job;
         the transactions whose data is wrong, with their error."""
-        return load_wave(
-            self.spark, [ld for ld in loads if ld.source is not None], self._reader(timeline)
-        )
+        return load_wave(self.spark, loads, self._reader(timeline))
 
     def _apply_segment(
         self,
