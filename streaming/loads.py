@@ -2,13 +2,15 @@
 
 ``load_changes`` is lazy: it only reads schemas (JSON inference or Parquet footers). The
 per-row checks (missing ids, duplicate ids, values that do not fit the schema's types, corrupt
-records) for *every* load of the batch run as one Spark job in ``check_loads``.
+records) for *every* load of the batch run as one Spark job in ``check_loads``, which also fills
+the cache the rest of the wave reads (``load_wave``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -149,13 +151,18 @@ class Loaded:
         return Loaded(keep, self.frame.where(~ordinal.isin(sorted(ordinals))))
 
 
+@contextmanager
 def load_wave(
     spark: SparkSession, loads: Sequence[Load], reader: Reader
-) -> tuple[list[Loaded], dict[str, RejectedError]]:
+) -> Iterator[tuple[list[Loaded], dict[str, RejectedError]]]:
     """The change rows of a wave's loads read at the reader's versions and checked by one
     Spark job; the transactions whose data is wrong, each with the error of its first load
     that is. JSON files into object tables are read together (``streaming.jsonfiles``), every
-    other source load by load."""
+    other source load by load.
+
+    The rows are cached while the ``with`` block runs: the check job reads the sources once,
+    and folding and writing the wave reuse those rows instead of reading and parsing the files
+    (or the pinned table versions) again."""
     errors: dict[int, RejectedError] = {}
     batched = [load for load in loads if batchable(load)]
     groups, refused = read_json_loads(
@@ -171,14 +178,20 @@ def load_wave(
             loaded.append(Loaded((load,), load_changes(spark, load, reader)))
         except RejectedError as e:
             errors[load.ordinal] = e
-    errors.update(check_loads(loaded))
-    by_ordinal = {load.ordinal: load for load in loads}
-    rejected: dict[str, RejectedError] = {}
-    for ordinal in sorted(errors):
-        rejected.setdefault(by_ordinal[ordinal].transaction_id, errors[ordinal])
-    dropped = {load.ordinal for load in loads if load.transaction_id in rejected}
-    kept = [part.without(dropped) for part in loaded]
-    return [part for part in kept if part is not None], rejected
+    # Lazy: the check job below fills every cache in one pass.
+    cached = [part.frame.persist() for part in loaded]
+    try:
+        errors.update(check_loads(loaded))
+        by_ordinal = {load.ordinal: load for load in loads}
+        rejected: dict[str, RejectedError] = {}
+        for ordinal in sorted(errors):
+            rejected.setdefault(by_ordinal[ordinal].transaction_id, errors[ordinal])
+        dropped = {load.ordinal for load in loads if load.transaction_id in rejected}
+        kept = [part.without(dropped) for part in loaded]
+        yield [part for part in kept if part is not None], rejected
+    finally:
+        for frame in cached:
+            frame.unpersist()
 
 
 def load_changes(spark: SparkSession, load: Load, reader: Reader) -> DataFrame:

@@ -15,6 +15,7 @@ import os
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
@@ -159,9 +160,10 @@ class Sink:
 
     def _load(
         self, loads: Sequence[Load], timeline: Timeline
-    ) -> tuple[list[Loaded], dict[str, RejectedError]]:
-        """Change rows of ``loads`` read at the timeline's versions, checked by one Spark job;
-        the transactions whose data is wrong, with their error."""
+    ) -> AbstractContextManager[tuple[list[Loaded], dict[str, RejectedError]]]:
+        """Change rows of ``loads`` read at the timeline's versions, checked by one Spark job,
+        cached until the ``with`` block ends; the transactions whose data is wrong, with their
+        error."""
         return load_wave(self.spark, loads, self._reader(timeline))
 
     def _apply_segment(
@@ -186,15 +188,15 @@ class Sink:
         try:
             for number, planned_wave in enumerate(waves([ld for p in live for ld in p.loads])):
                 wave = [load for load in planned_wave if load.transaction_id not in rejected]
-                loaded, bad = self._load(wave, timeline)
-                if bad and number > 0:  # a later wave of a transaction that is alone
-                    tid, error = next(iter(bad.items()))
-                    raise _Rejected(tid, error)
-                rejected.update(bad)
-                wave = [load for load in wave if load.transaction_id not in bad]
-                for path in {p for load in wave for p in self._written(load)}:
-                    start.setdefault(path, timeline.version(path))
-                self._apply_wave(wave, loaded, timeline, done, history)
+                with self._load(wave, timeline) as (loaded, bad):
+                    if bad and number > 0:  # a later wave of a transaction that is alone
+                        tid, error = next(iter(bad.items()))
+                        raise _Rejected(tid, error)
+                    rejected.update(bad)
+                    wave = [load for load in wave if load.transaction_id not in bad]
+                    for path in {p for load in wave for p in self._written(load)}:
+                        start.setdefault(path, timeline.version(path))
+                    self._apply_wave(wave, loaded, timeline, done, history)
         except _Rejected as e:
             log.warning("batch %s: %s rejected while applying: %s", timeline.batch_id, e.tid, e)
             timeline.restore(start)

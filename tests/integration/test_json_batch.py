@@ -10,6 +10,7 @@ import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
+from streaming import loads as loads_module
 from streaming.outcomes import Outcome, Status
 from streaming.tables import read_table
 from tests.support import Workspace, request, upsert
@@ -132,3 +133,26 @@ def test_spark_jobs_per_batch_do_not_grow_with_its_transactions(
 @pytest.fixture(scope="module")
 def request_jobs() -> dict[int, int]:
     return {}
+
+
+def test_the_rows_applied_are_the_rows_checked(
+    spark: SparkSession, ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wave's rows are cached by the check job, so folding and writing read them from
+    there, not from the files again (issue 6: cached batch inputs). A file rewritten between
+    the check and the write does not change what is applied."""
+    ws.dataset("petstore", PET)
+    data = ws.data("a/petstore/Pet/part.json", {"id": "p1", "name": "Rex"})
+    checked = loads_module.check_loads
+
+    def check_then_rewrite(loaded: Any) -> Any:
+        errors = checked(loaded)
+        data.write_text(data.read_text().replace("Rex", "Max"))  # same size, other value
+        return errors
+
+    monkeypatch.setattr(loads_module, "check_loads", check_then_rewrite)
+    ws.requests(request("t-1", upsert("./data/a")))
+    job = ws.run_once(spark)
+    assert "Max" in data.read_text()
+    rows = current(job.layout.object_table("petstore", "petstore.Pet").current)
+    assert {k: r["name"] for k, r in rows.items()} == {"p1": "Rex"}
