@@ -44,7 +44,7 @@ test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check streaming connectors tests
+	$(VENV)/bin/ruff check streaming connectors tests bench
 	$(VENV)/bin/mypy
 
 docs: $(STAMP)

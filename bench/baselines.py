@@ -316,12 +316,17 @@ def _latest_per_key(df: DataFrame) -> DataFrame:
     )
 
 
-def _w2_merge_sets() -> tuple[dict[str, Column], dict[str, Column]]:
-    values = {p: F.col(f"s.{p.upper()}") for p in W2_PROPS}
+def _w2_merge_sets() -> tuple[dict[str, str | Column], dict[str, str | Column]]:
+    values: dict[str, str | Column] = {p: F.col(f"s.{p.upper()}") for p in W2_PROPS}
     digest = _hash(*[f"s.{p.upper()}" for p in W2_PROPS])
     now = F.expr("current_timestamp()")
-    update = {**values, "version": F.expr("t.version + 1"), "updated": now, "hash": digest}
-    insert = {
+    update: dict[str, str | Column] = {
+        **values,
+        "version": F.expr("t.version + 1"),
+        "updated": now,
+        "hash": digest,
+    }
+    insert: dict[str, str | Column] = {
         "id": F.col("s.ID"),
         **values,
         "version": F.lit(1).cast("long"),

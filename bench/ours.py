@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import deltalake
 from pyspark.sql import SparkSession
 
 from bench.profile import Profiler
@@ -60,6 +61,9 @@ class OurRun:
     """Action counts over the committed outcomes: inserted, updated, deleted, stale, ..."""
     batches: list[tuple[int, int, float]]
     profile: list[dict[str, Any]]
+    files: dict[str, dict[str, float]]
+    """Each Delta table of the warehouse after the run (path relative to it): live data files
+    and their sizes, read with delta-rs."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -70,7 +74,27 @@ class OurRun:
                 {"batchId": b, "transactions": n, "seconds": s} for b, n, s in self.batches
             ],
             "profile": self.profile,
+            "files": self.files,
         }
+
+
+def table_files(warehouse: str) -> dict[str, dict[str, float]]:
+    """Live files per Delta table under ``warehouse``: count, mean and largest size in MiB."""
+    out: dict[str, dict[str, float]] = {}
+    for log in sorted(Path(warehouse).rglob("_delta_log")):
+        sizes = (
+            deltalake.DeltaTable(str(log.parent))
+            .get_add_actions(flatten=True)
+            .column("size_bytes")
+            .to_pylist()
+        )
+        mib = [size / 2**20 for size in sizes]
+        out[str(log.parent.relative_to(warehouse))] = {
+            "files": len(mib),
+            "mean_mib": round(sum(mib) / len(mib), 3) if mib else 0.0,
+            "max_mib": round(max(mib), 3) if mib else 0.0,
+        }
+    return out
 
 
 def run_job(spark: SparkSession, job: Job, *, count_jobs: bool = True) -> OurRun:
@@ -89,4 +113,11 @@ def run_job(spark: SparkSession, job: Job, *, count_jobs: bool = True) -> OurRun
         for action in Outcome.from_json(row["outcome"]).actions:
             for effect in ("inserted", "updated", "deleted", "unchanged", "skipped", "stale"):
                 counts[effect] += int(getattr(action, effect))
-    return OurRun(seconds, statuses, dict(counts), profiler.batches(), profiler.report())
+    return OurRun(
+        seconds,
+        statuses,
+        dict(counts),
+        profiler.batches(),
+        profiler.report(),
+        table_files(job.layout.warehouse),
+    )

@@ -16,7 +16,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +44,7 @@ class Profiler:
     def last_job(self) -> int:
         """Spark's next job id (the status tracker only lists jobs by group, and a streaming
         query runs its batches' jobs in a group of its own)."""
-        scheduler = self.spark.sparkContext._jsc.sc().dagScheduler()  # type: ignore[union-attr]
+        scheduler = self.spark.sparkContext._jsc.sc().dagScheduler()
         return int(scheduler.nextJobId())
 
     @contextmanager
@@ -65,9 +65,24 @@ class Profiler:
                 entry.jobs += self.last_job() - first
             self._stack.pop()
 
-    def wrap(self, owner: Any, attr: str, name: str, *, jobs: bool = True) -> None:
+    def wrap(
+        self, owner: Any, attr: str, name: str, *, jobs: bool = True, entered: bool = False
+    ) -> None:
+        """Time calls of ``owner.attr`` as region ``name``; ``entered``: the function returns a
+        context manager, and the region is the call plus entering it (not the ``with`` body)."""
         original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
-        if isinstance(original, classmethod):
+        if entered:
+
+            @functools.wraps(original)
+            @contextmanager
+            def timed_enter(*args: Any, **kwargs: Any) -> Iterator[Any]:
+                with ExitStack() as stack:
+                    with self.region(name, jobs=jobs):
+                        value = stack.enter_context(original(*args, **kwargs))
+                    yield value
+
+            setattr(owner, attr, timed_enter)
+        elif isinstance(original, classmethod):
             func = original.__func__
 
             @functools.wraps(func)
@@ -94,7 +109,7 @@ class Profiler:
         self.wrap(sink_cls, "_triage", "triage: parse + ledger lookup")
         self.wrap(sink_cls, "_plan", "plan + validate")
         self.wrap(timeline.Timeline, "open", "timeline: versions of the tables")
-        self.wrap(sink_cls, "_load", "load: read data + checks")
+        self.wrap(sink_cls, "_load", "load: read data + checks", entered=True)
         self.wrap(loads, "read_json_loads", "JSON loads: list files + keys (1 job)")
         self.wrap(loads, "load_changes", "other loads: read + infer schema, per load", jobs=False)
         self.wrap(loads, "check_loads", "check rows (1 job)")

@@ -548,6 +548,12 @@ def profile_lines(title: str, run: dict[str, Any]) -> list[str]:
         f"  {'outside the sink (stream: listing, offsets, commits)':<58} "
         f"{total - inside:>8.1f} {(total - inside) / total:>6.0%}"
     )
+    if run.get("files"):
+        out.append(f"  {'tables after the run':<58} {'files':>8} {'mean MiB':>9} {'max MiB':>8}")
+        for table, f in run["files"].items():
+            out.append(
+                f"    {table:<56} {int(f['files']):>8} {f['mean_mib']:>9.2f} {f['max_mib']:>8.2f}"
+            )
     return out
 
 
