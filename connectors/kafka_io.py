@@ -18,10 +18,6 @@ from streaming.config import KafkaConfig
 from streaming.outcomes import Outcome
 
 
-def _client_conf(cfg: KafkaConfig, **extra: object) -> dict[str, object]:
-    return {"bootstrap.servers": cfg.bootstrap, **cfg.options, **extra}
-
-
 class _Delivery:
     def __init__(self) -> None:
         self.errors: list[str] = []
@@ -35,7 +31,7 @@ def produce(
     cfg: KafkaConfig, topic: str, records: Iterable[tuple[str, bytes]], timeout: float = 60.0
 ) -> int:
     """Produce (key, value) records and wait until every one is acknowledged (acks=all)."""
-    producer = Producer(_client_conf(cfg, acks="all", **{"enable.idempotence": True}))
+    producer = Producer(cfg.client_options_for(acks="all", **{"enable.idempotence": True}))
     delivery = _Delivery()
     count = 0
     for key, value in records:
@@ -92,7 +88,7 @@ def read_outcomes(
     With ``format: avro`` the events are decoded from the wire format."""
     codec = codec_for(cfg)
     consumer = Consumer(
-        _client_conf(cfg, **{"group.id": "cdc-results-reader", "enable.auto.commit": False})
+        cfg.client_options_for(**{"group.id": "cdc-results-reader", "enable.auto.commit": False})
     )
     try:
         topic = consumer.list_topics(cfg.outcomes_topic, timeout=30).topics[cfg.outcomes_topic]

@@ -63,7 +63,7 @@ def kafka_requests(spark: SparkSession, cfg: KafkaConfig) -> DataFrame:
     )
     if cfg.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", cfg.max_offsets_per_trigger)
-    for key, value in cfg.options.items():
+    for key, value in cfg.spark_client_options().items():
         reader = reader.option(f"kafka.{key}", value)
     return reader.load().select(
         F.lit("kafka").alias("kind"),

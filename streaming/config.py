@@ -73,6 +73,13 @@ class AvroConfig(_Strict):
         return value
 
 
+JAVA_ONLY_KAFKA_KEYS = ("sasl.jaas.config", "ssl.truststore.")
+"""Kafka options (a key, or a prefix ending in a dot) of the Java client that librdkafka refuses
+(JAAS configuration, Java trust stores; librdkafka takes ``sasl.username``/``sasl.password`` and
+PEM files, ``ssl.ca.location``). Other keys librdkafka does not know fail when the client starts,
+with librdkafka's "No such configuration property"."""
+
+
 class KafkaConfig(_Strict):
     """Kafka topics for transaction requests and outcome events."""
 
@@ -94,13 +101,48 @@ class KafkaConfig(_Strict):
     )
     options: dict[str, str] = Field(
         default_factory=dict,
-        description="Extra Kafka client options passed through (`security.protocol`, `sasl.*`, …)",
+        description="Options for both Kafka clients, Spark's Java client and confluent-kafka "
+        "(`security.protocol`, `sasl.mechanism`, …); no Java-only keys",
+    )
+    spark_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Options for Spark's Kafka source only, the Java client "
+        "(`sasl.jaas.config`, `ssl.truststore.*`, …); override `options`",
+    )
+    client_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Options for confluent-kafka only (librdkafka: the outcome producer, "
+        "`cdc publish`/`results`; `sasl.username`, `ssl.ca.location`, …); override `options`",
     )
     avro: AvroConfig | None = Field(
         None,
         validate_default=True,
         description="Avro schemas; required with `format: avro` (`registry_url` or `schemas`)",
     )
+
+    @field_validator("options", "client_options")
+    @classmethod
+    def _no_java_only_keys(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        java = sorted(
+            key
+            for key in value
+            for java_key in JAVA_ONLY_KAFKA_KEYS
+            if key == java_key or (java_key.endswith(".") and key.startswith(java_key))
+        )
+        if java:
+            raise ValueError(
+                f"{java[0]} is an option of the Java client only, which confluent-kafka refuses: "
+                "put it in kafka.spark_options"
+            )
+        return value
+
+    def spark_client_options(self) -> dict[str, str]:
+        """Options of Spark's Kafka source (the Java client), without the ``kafka.`` prefix."""
+        return {**self.options, **self.spark_options}
+
+    def client_options_for(self, **extra: object) -> dict[str, object]:
+        """The confluent-kafka (librdkafka) configuration, ``extra`` last."""
+        return {"bootstrap.servers": self.bootstrap, **self.options, **self.client_options, **extra}
 
     @field_validator("avro")
     @classmethod
