@@ -10,14 +10,13 @@ Every commit this job makes to a table carries
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BinaryType,
     BooleanType,
@@ -185,28 +184,57 @@ def idempotent(spark: SparkSession, path: str, commit: BatchCommit) -> Iterator[
             spark.conf.unset(key)
 
 
+HISTORY_WINDOW = 200
+"""The most commits ``batch_commits`` reads back from a table's latest version."""
+RECENT_COMMITS = 10
+"""What it reads first: usually enough to see the query's previous batch, which ends the search."""
+
+
 def batch_commits(
     spark: SparkSession, path: str, query: str, batch_id: int
 ) -> dict[int, tuple[int, datetime]]:
     """step → (version, commit time) of this query's commits of ``batch_id`` to the table at
-    ``path``: present when the batch is being replayed after a crash."""
-    rows = (
-        DeltaTable.forPath(spark, path)
-        .history(200)
-        .where(F.col("userMetadata").isNotNull())
-        .select("version", "userMetadata")
-        .collect()
-    )
+    ``path``: present when the batch is being replayed after a crash. Reads the latest
+    ``RECENT_COMMITS`` commits, and up to ``HISTORY_WINDOW`` only when those do not settle it
+    (each commit is a file to read: on object storage a request per commit per table per
+    batch)."""
+    table = DeltaTable.forPath(spark, path)
     found: dict[int, tuple[int, datetime]] = {}
-    for row in rows:
+    for limit in (RECENT_COMMITS, HISTORY_WINDOW):
+        rows = table.history(limit).select("version", "userMetadata").collect()
+        found, settled = scan_commits(
+            [(int(r["version"]), r["userMetadata"]) for r in rows], query, batch_id
+        )
+        if settled or len(rows) < limit:  # or the whole log is read
+            break
+    return found
+
+
+def scan_commits(
+    commits: Iterable[tuple[int, str | None]], query: str, batch_id: int
+) -> tuple[dict[int, tuple[int, datetime]], bool]:
+    """Of (version, userMetadata) pairs of the latest commits of a table: step → (version,
+    commit time) of ``query``'s commits of ``batch_id``, and whether that is all of them — true
+    once a commit of an earlier batch of the query is among them (batches commit in order, so
+    every commit of this batch is newer than it, hence among the latest ones read)."""
+    found: dict[int, tuple[int, datetime]] = {}
+    settled = False
+    for version, text in commits:
+        if text is None:  # a commit without user metadata: not the job's
+            continue
         try:
-            meta = json.loads(row["userMetadata"])
+            meta = json.loads(text)
         except (TypeError, ValueError):
             continue
-        if isinstance(meta, dict) and meta.get("cdc") == query and meta.get("batchId") == batch_id:
+        if not isinstance(meta, dict) or meta.get("cdc") != query:
+            continue
+        seen = meta.get("batchId")
+        if seen == batch_id:
             step = int(meta.get("step", 0))
-            found[step] = (int(row["version"]), datetime.fromisoformat(meta["at"]))
-    return found
+            found[step] = (version, datetime.fromisoformat(meta["at"]))
+        elif isinstance(seen, int) and seen < batch_id:
+            settled = True
+    return found, settled
 
 
 def latest_version(spark: SparkSession, path: str) -> int:
