@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--workloads W1,W2,Scale] [--output bench/results.json]``.
+"""``python -m bench [--quick] [--workloads W1,Batch,W2,Scale,Cold] [--output bench/results.json]``.
 
 W1K (W1 over a local Kafka broker) and Latency (publish → outcome at a steady rate) are not in
 the default set: ``--workloads W1K,Latency``."""
@@ -13,13 +13,13 @@ from pathlib import Path
 from bench.run import render, run
 from bench.sizes import FULL, QUICK
 
-WORKLOADS = ("W1", "W1K", "W2", "Scale", "Sweep", "Latency")
-DEFAULT = ("W1", "W2", "Scale")
+WORKLOADS = ("W1", "Batch", "W1K", "W2", "Scale", "Sweep", "Cold", "Latency")
+DEFAULT = ("W1", "Batch", "W2", "Scale", "Cold")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="the workloads scaled down (<5 min)")
+    parser.add_argument("--quick", action="store_true", help="the workloads scaled down (<12 min)")
     parser.add_argument(
         "--workloads",
         default=",".join(DEFAULT),
@@ -60,6 +60,25 @@ def main(argv: list[str] | None = None) -> int:
         "--sweep",
         help="Sweep: comma-separated transactions per micro-batch (default: the size's list)",
     )
+    parser.add_argument(
+        "--batch",
+        metavar="NxB,...",
+        help="Batch: transactions per micro-batch x micro-batches per run "
+        "(default 25x12,500x6; quick: 25x6,500x3)",
+    )
+    parser.add_argument(
+        "--batch-rows", type=int, help="Batch and Cold: rows of each of the three tables (100,000)"
+    )
+    parser.add_argument(
+        "--no-threads",
+        action="store_true",
+        help="Batch: skip the plain variant whose MERGEs run from threads",
+    )
+    parser.add_argument(
+        "--no-cold-plain",
+        action="store_true",
+        help="Cold: skip the plain baseline's first batch in a fresh process",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the /tmp workspace")
     parser.add_argument(
         "--render",
@@ -80,6 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         sizes = replace(sizes, w1_transactions=args.w1_transactions)
     if args.sweep:
         sizes = replace(sizes, sweep=tuple(int(n) for n in args.sweep.split(",") if n.strip()))
+    if args.batch:
+        sizes = replace(sizes, batch_runs=_batch_runs(args.batch, parser))
+    if args.batch_rows:
+        sizes = replace(sizes, batch_rows=args.batch_rows)
+    if args.no_threads:
+        sizes = replace(sizes, batch_threads=False)
+    if args.no_cold_plain:
+        sizes = replace(sizes, cold_plain=False)
     latency = {
         "latency_rate": args.latency_rate,
         "latency_seconds": args.latency_seconds,
@@ -90,6 +117,17 @@ def main(argv: list[str] | None = None) -> int:
     sizes = replace(sizes, **{k: v for k, v in latency.items() if v is not None})
     run(sizes, chosen, args.output, keep=args.keep)
     return 0
+
+
+def _batch_runs(text: str, parser: argparse.ArgumentParser) -> tuple[tuple[int, int], ...]:
+    """``25x6,500x3`` → ((25, 6), (500, 3))."""
+    runs = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        per_batch, _, batches = part.partition("x")
+        if not (per_batch.isdigit() and batches.isdigit() and int(batches) >= 2):
+            parser.error(f"--batch: expected N x B with B >= 2, e.g. 25x6, not {part!r}")
+        runs.append((int(per_batch), int(batches)))
+    return tuple(runs)
 
 
 if __name__ == "__main__":

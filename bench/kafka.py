@@ -34,6 +34,7 @@ from pyspark.sql import SparkSession
 from bench import data
 from bench.common import SHUFFLE_PARTITIONS, rate, say, seed_tables
 from bench.ours import Workspace, run_job
+from bench.plain import PlainSink, kafka_payloads, kafka_stream
 from bench.sizes import Sizes
 from connectors.kafka_broker import LocalKafkaBroker
 from connectors.kafka_io import produce
@@ -245,6 +246,68 @@ def quantile(exact: Sequence[float], censored: Sequence[float], q: float) -> tup
     return values[rank - 1][0], all(ok for _, ok in values[:rank])
 
 
+class SteadyPublisher:
+    """Publishes W1 requests (key = dataset, like ``cdc publish``), one at a time, and keeps each
+    one's Kafka timestamp (the producer's CreateTime) by transaction id."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.published: dict[str, float] = {}
+        self.errors: list[str] = []
+        self._producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 0,
+            }
+        )
+
+    def _delivered(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+            return
+        self.published[json.loads(msg.value())["transactionId"]] = msg.timestamp()[1] / 1000
+
+    def send(self, tx: data.SmallTx) -> None:
+        self._producer.produce(
+            self.topic,
+            key=data.W1_DATASET.encode(),
+            value=tx.request().encode(),
+            on_delivery=self._delivered,
+        )
+        self._producer.poll(0)
+
+    def flush(self, timeout: float) -> int:
+        return int(self._producer.flush(timeout))
+
+    def steady(self, txs: Sequence[data.SmallTx], per_second: float, label: str) -> float:
+        """Publish ``txs`` at ``per_second``; returns the last one's timestamp."""
+        start = time.time() + 0.1
+        for i, tx in enumerate(txs):
+            target = start + i / per_second
+            while (wait := target - time.time()) > 0:
+                self._producer.poll(wait)
+            self.send(tx)
+        remaining = self.flush(60)
+        if remaining or self.errors:
+            raise RuntimeError(f"{label}: {remaining} not delivered; errors {self.errors[:3]}")
+        return max(self.published[tx.transaction_id] for tx in txs)
+
+    def achieved_rate(self, txs: Sequence[data.SmallTx]) -> float:
+        firsts = [self.published[tx.transaction_id] for tx in txs]
+        return rate(len(firsts) - 1, max(firsts) - min(firsts))
+
+
+def latency_stats(exact: Sequence[float], censored: Sequence[float]) -> dict[str, Any]:
+    """p50, p99 and max of the latencies (``exact`` and lower bounds ``censored``)."""
+    stats = {}
+    for name, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0)):
+        value, is_exact = quantile(exact, censored, q)
+        stats[name] = {"seconds": round(value, 3), "exact": is_exact}
+    return stats
+
+
 def latency(
     spark: SparkSession, sizes: Sizes, base: Path, broker: LocalKafkaBroker
 ) -> dict[str, Any]:
@@ -261,37 +324,14 @@ def latency(
     gate = _Gate(job.sink.process)
     setattr(job.sink, "process", gate)  # noqa: B010 - an instance attribute, on purpose
     events = OutcomeEvents(broker.bootstrap, kafka.outcomes_topic)
-    producer = Producer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": 0,
-        }
-    )
-    published: dict[str, float] = {}
-    errors: list[str] = []
-
-    def delivered(err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
-            errors.append(str(err))
-            return
-        published[json.loads(msg.value())["transactionId"]] = msg.timestamp()[1] / 1000
-
-    def send(tx: data.SmallTx) -> None:
-        producer.produce(
-            kafka.transactions_topic,
-            key=data.W1_DATASET.encode(),
-            value=tx.request().encode(),
-            on_delivery=delivered,
-        )
-        producer.poll(0)
+    publisher = SteadyPublisher(broker.bootstrap, kafka.transactions_topic)
+    published = publisher.published
 
     query = job.start(once=False)
     try:
         say(f"Latency: query started (trigger {trigger}, <= {per_batch} per batch); warm-up")
-        send(warm)
-        producer.flush(30)
+        publisher.send(warm)
+        publisher.flush(30)
         if not events.read_until({warm.transaction_id}, time.time() + 600, stop=_dead(query)):
             raise RuntimeError(f"Latency: no outcome for the warm-up transaction {_why(query)}")
         warm_batch = events.batches[warm.transaction_id]
@@ -301,16 +341,7 @@ def latency(
             f"publishing {len(measured):,} transactions at {sizes.latency_rate:g} tx/s "
             f"for {sizes.latency_seconds:g}s"
         )
-        start = time.time() + 0.1
-        for i, tx in enumerate(measured):
-            target = start + i / sizes.latency_rate
-            while (wait := target - time.time()) > 0:
-                producer.poll(wait)
-            send(tx)
-        remaining = producer.flush(60)
-        if remaining or errors:
-            raise RuntimeError(f"Latency: {remaining} not delivered; errors {errors[:3]}")
-        last_publish = max(published[tx.transaction_id] for tx in measured)
+        last_publish = publisher.steady(measured, sizes.latency_rate, "Latency")
         wanted = {tx.transaction_id for tx in measured}
         say(
             f"Latency: published; waiting up to {sizes.latency_drain:g}s for the outcomes "
@@ -338,12 +369,8 @@ def latency(
     done = sorted(wanted & events.times.keys())
     exact = [events.times[t] - published[t] for t in done]
     censored = [stopped_at - published[t] for t in sorted(wanted - events.times.keys())]
-    stats = {}
-    for name, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0)):
-        value, is_exact = quantile(exact, censored, q)
-        stats[name] = {"seconds": round(value, 3), "exact": is_exact}
-    firsts = [published[tx.transaction_id] for tx in measured]
-    achieved = rate(len(firsts) - 1, max(firsts) - min(firsts))
+    stats = latency_stats(exact, censored)
+    achieved = publisher.achieved_rate(measured)
     batches = _batches(query, job, events, published, done, warm_batch)
     starts = {b["batchId"]: b["started"] for b in batches}
     queued = [starts[events.batches[t]] - published[t] for t in done if events.batches[t] in starts]
@@ -377,6 +404,99 @@ def latency(
         "median_in_batch_seconds": round(quantile(inside, [], 0.5)[0], 3),
         "batches": batches,
     }
+
+
+def latency_plain(
+    spark: SparkSession, sizes: Sizes, base: Path, broker: LocalKafkaBroker
+) -> dict[str, Any]:
+    """The plain baseline (``bench.plain``) under the same load as ``latency``: the same
+    transactions (and warm-up) published at the same rate to a topic of its own, read with the
+    same trigger and cap per batch, applied to its own copy of the same seeded tables. Per
+    transaction: its request record's timestamp → the end of the MERGEs of its micro-batch."""
+    count = max(1, round(sizes.latency_rate * sizes.latency_seconds))
+    txs = data.w1_transactions(count + 1, sizes.w1_table_rows)
+    warm, measured = txs[0], txs[1:]
+    per_batch = sizes.latency_max_per_batch or sizes.w1_lines_per_file * sizes.w1_files_per_trigger
+    trigger = sizes.latency_trigger
+    ws, job = _workspace(spark, sizes, base, "latency-plain", broker, txs, per_batch)
+    topic = _kafka(job).transactions_topic
+    tables = {s: job.layout.table(data.W1_DATASET, s) for s in data.W1_SCHEMAS}
+    sink = PlainSink(spark, ws.root, tables, payloads=kafka_payloads)
+    publisher = SteadyPublisher(broker.bootstrap, topic)
+    query = (
+        kafka_stream(spark, broker.bootstrap, topic, per_batch)
+        .writeStream.queryName("plain-latency")
+        .foreachBatch(sink)
+        .option("checkpointLocation", str(ws.root / "checkpoints" / "plain"))
+        .trigger(processingTime=trigger)
+        .start()
+    )
+    done: dict[str, float] = {}
+    try:
+        say(f"Latency plain: query started (trigger {trigger}, <= {per_batch} per batch); warm-up")
+        publisher.send(warm)
+        publisher.flush(30)
+        if not _wait_plain(sink, done, {warm.transaction_id}, time.time() + 600, query):
+            raise RuntimeError(
+                f"Latency plain: the warm-up transaction was not applied {_why(query)}"
+            )
+        warm_batch = max(b.batch_id for b in sink.batches)
+        say(f"Latency plain: publishing {len(measured):,} at {sizes.latency_rate:g} tx/s")
+        last_publish = publisher.steady(measured, sizes.latency_rate, "Latency plain")
+        wanted = {tx.transaction_id for tx in measured}
+        _wait_plain(sink, done, wanted, last_publish + sizes.latency_drain, query)
+        sink.closed.set()
+        if not wanted <= done.keys():
+            say("Latency plain: no new batches; waiting for the batch in flight to finish")
+            sink.idle.wait(900)
+            _wait_plain(sink, done, wanted, time.time(), query)
+        stopped_at = time.time()
+    finally:
+        sink.closed.set()
+        sink.idle.wait(900)
+        query.stop()
+    published = publisher.published
+    exact = [done[t] - published[t] for t in sorted(wanted & done.keys())]
+    censored = [stopped_at - published[t] for t in sorted(wanted - done.keys())]
+    stats = latency_stats(exact, censored)
+    batches = [
+        {
+            "batchId": b.batch_id,
+            "transactions": len(b.transaction_ids),
+            "seconds": round(b.finished - b.started, 3),
+        }
+        for b in sink.batches
+        if b.batch_id > warm_batch
+    ]
+    say(
+        f"Latency plain: {len(exact)} of {len(wanted)} measured; p50 {_fmt(stats['p50'])}, "
+        f"p99 {_fmt(stats['p99'])}, max {_fmt(stats['max'])}"
+    )
+    ws.remove()
+    return {
+        "published": len(wanted),
+        "measured": len(exact),
+        "censored": len(censored),
+        "achieved_rate": round(publisher.achieved_rate(measured), 2),
+        "latency": stats,
+        "batches": batches,
+    }
+
+
+def _wait_plain(
+    sink: PlainSink, done: dict[str, float], wanted: set[str], deadline: float, query: Any
+) -> bool:
+    """Collect the plain sink's finished transactions into ``done`` until ``wanted`` are all
+    there (True), ``deadline`` passes or the query dies (False)."""
+    while True:
+        for b in list(sink.batches):
+            for tid in b.transaction_ids:
+                done.setdefault(tid, b.finished)
+        if wanted <= done.keys():
+            return True
+        if time.time() >= deadline or not query.isActive:
+            return False
+        time.sleep(0.2)
 
 
 def _batches(

@@ -38,6 +38,8 @@ class Profiler:
     count_jobs: bool = True
     regions: dict[tuple[str, ...], Region] = field(default_factory=dict)
     batch_lines: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    """Attributes ``wrap`` was asked for that the code measured does not have."""
     _stack: list[str] = field(default_factory=list)
     _patched: list[tuple[Any, str, Any]] = field(default_factory=list)
 
@@ -70,7 +72,11 @@ class Profiler:
     ) -> None:
         """Time calls of ``owner.attr`` as region ``name``; ``entered``: the function returns a
         context manager, and the region is the call plus entering it (not the ``with`` body)."""
-        original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+        found = owner.__dict__ if isinstance(owner, type) else vars(owner)
+        if attr not in found:  # renamed or gone in the code measured: that region is not shown
+            self.missing.append(f"{getattr(owner, '__name__', owner)}.{attr}")
+            return
+        original = found[attr]
         if entered:
 
             @functools.wraps(original)

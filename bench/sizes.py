@@ -43,6 +43,15 @@ class Sizes:
     """Latency: the job's ``trigger.interval`` (processing-time trigger)."""
     latency_max_per_batch: int = 0
     """Latency: ``kafka.max_offsets_per_trigger``; 0 = W1's transactions per batch."""
+    batch_rows: int = 100_000
+    """Batch and Cold: rows of each of W1's three tables."""
+    batch_runs: tuple[tuple[int, int], ...] = ((25, 12), (500, 6))
+    """Batch: (transactions per micro-batch, micro-batches) per run; each contender's first
+    batch of a run is left out of the medians."""
+    batch_threads: bool = True
+    """Batch: also run plain with the tables' MERGEs from threads."""
+    cold_plain: bool = True
+    """Cold: also time plain's first batch in a fresh process."""
 
 
 FULL = Sizes(
@@ -70,6 +79,7 @@ QUICK = Sizes(
     w2_files=10,
     scale_rows=(100_000, 1_000_000),
     sweep=(100, 500),
+    batch_runs=((25, 6), (500, 3)),
     latency_seconds=20.0,
     latency_drain=240.0,
 )
