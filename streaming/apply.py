@@ -1,26 +1,40 @@
-"""Apply a micro-batch's changes to one object table: fold per key, one MERGE, one history append.
+"""Apply a micro-batch's changes to one object table: fold per key, one MERGE, appends.
 
 Input: every change of the batch to one table, as rows of ``id``, ``__seq`` (the order:
 ``action ordinal << 32 | row``), ``__tx``, ``__kind`` (a ``ChangeKind``), ``__cols`` (PATCH:
 the columns the source has), ``__flags`` (extended format: column → flags), ``__version`` and
 ``__created`` (REPLACE: the scope's new version and created time) and ``data`` (a struct of the
-properties). The stored
-state of each touched key is joined in, the rows are sorted by (id, seq) inside partitions, and
-``core.fold`` runs once per key (Arrow batches, no per-key Spark job). Its output is
-- ``state`` rows: the new current row of every key that changed → one Delta MERGE,
-- ``history`` rows → one append to the append-only history table,
+properties). The stored state of each touched key (its live row, else its latest tombstone) is
+looked up and ``core.fold`` runs once per key, in (id, seq) order. Its output is
+- ``state`` rows: the new current row of every key that changed → one Delta MERGE of the
+  current table, and for the keys it deletes one append to the tombstones table;
+- ``history`` rows → one append to the append-only history table (``append_history``, once
+  every table of the segment is written);
 - ``effect`` rows: what each change did → the outcome counts.
+
+Two ways to run the same fold, chosen by the number of changes:
+- **small** (at most ``DRIVER_FOLD_MAX_ROWS``, the common micro-batch): the changes and the
+  stored rows of their keys (read with the keys pushed down, so Delta skips files) are collected
+  to the driver and folded there; the MERGE source is the folded rows. No Python worker, no
+  shuffle, two Spark jobs before the MERGE.
+- **large**: the stored state is joined in on the executors and the fold runs in a Python worker
+  per partition (``mapInArrow``), its result materialised once for the counts and the writes.
+
+The tombstones table is append-only: one row per delete, and a key's tombstone is its row with
+the largest version (a key live again is in the current table, which wins).
 """
 
 from __future__ import annotations
 
+import threading
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -34,6 +48,7 @@ from pyspark.sql.types import (
 
 from streaming.catalog import SchemaDef
 from streaming.core.fold import Change, ChangeKind, Effect, Folded, Stored, fold
+from streaming.faults import crash_point
 from streaming.layout import ObjectTable
 from streaming.retry import on_conflict_retry
 from streaming.tables import (
@@ -172,6 +187,17 @@ class TableResult:
     history: DataFrame | None
 
 
+DRIVER_FOLD_MAX_ROWS = 20_000
+"""Up to this many changes to one table in one wave are folded on the driver."""
+KEY_PUSHDOWN_MAX = 2_000
+"""Up to this many keys are pushed into the MERGE condition (``t.id IN (...)``) for Delta's
+file skipping; more would make the condition itself the cost."""
+
+_LARGE_PATH = threading.Lock()
+"""The large path writes through the session its changes come from (the query's), whose
+idempotency keys are session conf: one table at a time."""
+
+
 def apply_to_object_table(
     spark: SparkSession,
     *,
@@ -183,7 +209,132 @@ def apply_to_object_table(
     partitions: int,
 ) -> TableResult:
     """Fold the batch's changes into one object schema's tables, each read as of its version
-    ``before`` this batch (the same state again when the batch is replayed)."""
+    ``before`` this batch (the same state again when the batch is replayed).
+
+    ``spark`` is a session of this table's own (``streaming.parallel``): tables of a wave are
+    applied concurrently, and Delta takes a MERGE's idempotency keys from session conf."""
+    rows = changes.limit(DRIVER_FOLD_MAX_ROWS + 1).collect()
+    if len(rows) <= DRIVER_FOLD_MAX_ROWS:
+        result = _apply_small(spark, rows, schema, paths, before, commit)
+    else:
+        with _LARGE_PATH:
+            result = _apply_large(changes, schema, paths, before, commit, partitions)
+    crash_point("between_commits")
+    return result
+
+
+def append_history(result: TableResult, paths: ObjectTable, commit: BatchCommit) -> None:
+    """Append a table's history rows. History is append-only: it cannot be restored, so it is
+    written after every current table of the batch, and a failure here is rolled forward."""
+    if result.history is not None:
+        append(result.history, paths.history, commit)
+
+
+# -- small: fold on the driver ------------------------------------------------------------------
+def _apply_small(
+    spark: SparkSession,
+    rows: list[Row],
+    schema: SchemaDef,
+    paths: ObjectTable,
+    before: Mapping[str, int],
+    commit: BatchCommit,
+) -> TableResult:
+    data_schema = schema.spark_schema()
+    props = [f.name for f in data_schema.fields]
+    watermark = tuple(schema.watermark)
+    mark = StructType([data_schema[c] for c in watermark]) if watermark else None
+    folder = _Folder(watermark)
+    by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in sorted(rows, key=lambda r: (r["id"], r["__seq"])):
+        by_key[row["id"]].append({**row.asDict(recursive=True), "__at": commit.at})
+    stored = _stored_rows(spark, paths, before, sorted(by_key), props, mark)
+    out: list[dict[str, Any]] = []
+    for key, group in by_key.items():
+        folded = fold(folder.stored(stored.get(key, _NOTHING)), [folder.change(r) for r in group])
+        out.extend(folder.output_rows(key, folded))
+    counts: Counter[tuple[int, Effect]] = Counter(
+        (int(r["seq"]) >> SEQ_SHIFT, r["effect"]) for r in out if r["row_kind"] == "effect"
+    )
+    state = [r for r in out if r["row_kind"] == "state"]
+    history = None
+    if state:
+        out_schema = _fold_schema(data_schema, mark)
+        keys = sorted({r["id"] for r in state})
+        _merge(spark.createDataFrame(state, out_schema), props, paths, commit, keys=keys)
+        deleted = [r for r in state if r["deleted"]]
+        if deleted:
+            _append_tombstones(spark.createDataFrame(deleted, out_schema), paths, commit, mark)
+        history = _history_rows(
+            spark.createDataFrame([r for r in out if r["row_kind"] == "history"], out_schema),
+            props,
+        )
+    return TableResult(dict(counts), latest_version(spark, paths.current), history)
+
+
+_NOTHING: dict[str, Any] = {"s_version": None, "t_version": None}
+
+
+def _stored_rows(
+    spark: SparkSession,
+    paths: ObjectTable,
+    before: Mapping[str, int],
+    keys: list[str],
+    props: list[str],
+    mark: StructType | None,
+) -> dict[str, dict[str, Any]]:
+    """id → the key's stored state as ``_Folder.stored`` reads it: its live row (``s_*``) and
+    its latest tombstone (``t_*``), for the given keys only: one Spark job, and Delta skips the
+    files whose id range holds none of them."""
+    wanted = F.col("id").isin(keys)
+    live = (
+        read_table(spark, paths.current, before[paths.current])
+        .where(wanted)
+        .select(
+            F.lit(True).alias("live"),
+            "id",
+            "version",
+            "created",
+            "updated",
+            F.struct(*props).alias("data"),
+            *([F.lit(None).cast(mark).alias("mark")] if mark else []),
+        )
+    )
+    dead = (
+        read_table(spark, paths.tombstones, before[paths.tombstones])
+        .where(wanted)
+        .select(
+            F.lit(False).alias("live"),
+            "id",
+            "version",
+            F.lit(None).cast("timestamp").alias("created"),
+            F.lit(None).cast("timestamp").alias("updated"),
+            F.lit(None).cast(live.schema["data"].dataType).alias("data"),
+            *([F.col("watermark").alias("mark")] if mark else []),
+        )
+    )
+    stored: dict[str, dict[str, Any]] = {}
+    for row in live.unionByName(dead).collect():
+        entry = stored.setdefault(row["id"], dict(_NOTHING))
+        if row["live"]:
+            entry["s_version"], entry["s_created"] = row["version"], row["created"]
+            entry["s_updated"] = row["updated"]
+            entry["s_data"] = row["data"].asDict(recursive=True)
+        elif entry["t_version"] is None or row["version"] > entry["t_version"]:
+            entry["t_version"] = row["version"]
+            entry["t_mark"] = row["mark"].asDict(recursive=True) if mark and row["mark"] else None
+    return stored
+
+
+# -- large: fold on the executors -------------------------------------------------------------
+def _apply_large(
+    changes: DataFrame,
+    schema: SchemaDef,
+    paths: ObjectTable,
+    before: Mapping[str, int],
+    commit: BatchCommit,
+    partitions: int,
+) -> TableResult:
+    spark = changes.sparkSession
     data_schema = schema.spark_schema()
     props = [f.name for f in data_schema.fields]
     watermark = tuple(schema.watermark)
@@ -195,10 +346,18 @@ def apply_to_object_table(
         F.col("updated").alias("s_updated"),
         F.struct(*props).alias("s_data"),
     )
-    tombstones = read_table(spark, paths.tombstones, before[paths.tombstones]).select(
-        F.col("id").alias("t_id"),
-        F.col("version").alias("t_version"),
-        *([F.col("watermark").alias("t_mark")] if mark else []),
+    latest = F.max_by(
+        F.struct("version", *(["watermark"] if mark else [])), F.col("version")
+    ).alias("t")
+    tombstones = (
+        read_table(spark, paths.tombstones, before[paths.tombstones])
+        .groupBy("id")
+        .agg(latest)
+        .select(
+            F.col("id").alias("t_id"),
+            F.col("t.version").alias("t_version"),
+            *([F.col("t.watermark").alias("t_mark")] if mark else []),
+        )
     )
     joined = (
         changes.withColumn("__at", F.lit(commit.at).cast("timestamp"))
@@ -216,27 +375,29 @@ def apply_to_object_table(
         # and writing the table must not make Spark recompute it from the table's new state.
         .localCheckpoint(eager=True)
     )
-    counts = {
-        (int(r["ordinal"]), r["effect"]): int(r["n"])
-        for r in folded.where("row_kind = 'effect'")
-        .groupBy(F.shiftright("seq", SEQ_SHIFT).alias("ordinal"), "effect")
+    counts: dict[tuple[int, Effect], int] = {}
+    deletes = 0
+    for r in (
+        folded.where("row_kind IN ('effect', 'state')")
+        .groupBy("row_kind", F.shiftright("seq", SEQ_SHIFT).alias("ordinal"), "effect", "deleted")
         .agg(F.count("*").alias("n"))
         .collect()
-    }
+    ):
+        if r["row_kind"] == "effect":
+            counts[(int(r["ordinal"]), r["effect"])] = int(r["n"])
+        elif r["deleted"]:
+            deletes += int(r["n"])
     history = None
     if any(effect in ("inserted", "updated", "deleted") for _, effect in counts):
-        _merge(spark, folded, props, paths, commit, with_mark=mark is not None)
-        history = _history_rows(folded, props)
+        state = folded.where("row_kind = 'state'")
+        _merge(state, props, paths, commit, keys=None)
+        if deletes:
+            _append_tombstones(state.where("deleted"), paths, commit, mark)
+        history = _history_rows(folded.where("row_kind = 'history'"), props)
     return TableResult(counts, latest_version(spark, paths.current), history)
 
 
-def append_history(result: TableResult, paths: ObjectTable, commit: BatchCommit) -> None:
-    """Append a table's history rows. History is append-only: it cannot be restored, so it is
-    written after every current table of the batch, and a failure here is rolled forward."""
-    if result.history is not None:
-        append(result.history, paths.history, commit)
-
-
+# -- writes -------------------------------------------------------------------------------------
 def _with_hash(df: DataFrame, props: list[str]) -> DataFrame:
     mark = ["mark"] if "mark" in df.columns else []
     return df.select(
@@ -254,25 +415,30 @@ def _with_hash(df: DataFrame, props: list[str]) -> DataFrame:
 
 
 def _merge(
-    spark: SparkSession,
-    folded: DataFrame,
+    state: DataFrame,
     props: list[str],
     paths: ObjectTable,
     commit: BatchCommit,
     *,
-    with_mark: bool,
+    keys: list[str] | None,
 ) -> None:
-    state = _with_hash(folded.where("row_kind = 'state'"), props)
+    """One MERGE of the keys' new rows into the current table (a deleted key's row goes).
+    ``keys``: the source's ids, pushed into the condition for Delta's file skipping."""
+    spark = state.sparkSession
+    source = _with_hash(state, props)
     assignments: dict[str, str | Column] = {
         c: F.col(f"s.{c}") for c in ["version", "created", "updated", "hash", *props]
     }
+    condition = F.col("t.id") == F.col("s.id")
+    if keys is not None and len(keys) <= KEY_PUSHDOWN_MAX:
+        condition = condition & F.col("t.id").isin(keys)
 
     def merge_current() -> None:
         with idempotent(spark, paths.current, commit):
             (
                 DeltaTable.forPath(spark, paths.current)
                 .alias("t")
-                .merge(state.alias("s"), "t.id = s.id")
+                .merge(source.alias("s"), condition)
                 .whenMatchedDelete(condition="s.deleted")
                 .whenMatchedUpdate(set=assignments)
                 .whenNotMatchedInsert(
@@ -282,27 +448,23 @@ def _merge(
             )
 
     on_conflict_retry(merge_current, what=paths.current)
-    tomb: dict[str, str | Column] = {"version": "s.version", "deleted": "s.updated"}
-    if with_mark:
-        tomb["watermark"] = "s.mark"
 
-    def merge_tombstones() -> None:
-        with idempotent(spark, paths.tombstones, commit):
-            (
-                DeltaTable.forPath(spark, paths.tombstones)
-                .alias("t")
-                .merge(state.alias("s"), "t.id = s.id")
-                .whenMatchedUpdate(condition="s.deleted", set=tomb)
-                .whenMatchedDelete()  # re-inserted: the live row carries the version on
-                .whenNotMatchedInsert(condition="s.deleted", values={"id": "s.id", **tomb})
-                .execute()
-            )
 
-    on_conflict_retry(merge_tombstones, what=paths.tombstones)
+def _append_tombstones(
+    deleted: DataFrame, paths: ObjectTable, commit: BatchCommit, mark: StructType | None
+) -> None:
+    """Remember the deleted keys: their tombstone version, deletion time and watermark."""
+    rows = deleted.select(
+        "id",
+        "version",
+        F.col("updated").alias("deleted"),
+        *([F.col("mark").alias("watermark")] if mark else []),
+    )
+    append(rows, paths.tombstones, commit)
 
 
 def _history_rows(folded: DataFrame, props: list[str]) -> DataFrame:
-    return _with_hash(folded.where("row_kind = 'history'"), props).select(
+    return _with_hash(folded, props).select(
         "id",
         "version",
         "created",

@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from streaming.core.batch import Committed
 from streaming.outcomes import Outcome, Status
-from streaming.tables import LEDGER_SCHEMA, BatchCommit, idempotent, read_table
+from streaming.tables import LEDGER_SCHEMA, BatchCommit, append, read_table
 
 
 def committed(spark: SparkSession, path: str, ids: Iterable[str]) -> dict[str, Committed]:
@@ -62,12 +61,6 @@ def record(
     ]
     if not rows:
         return
-    source = spark.createDataFrame(rows, LEDGER_SCHEMA)
-    with idempotent(spark, path, commit):
-        (
-            DeltaTable.forPath(spark, path)
-            .alias("l")
-            .merge(source.alias("n"), "l.transaction_id = n.transaction_id")
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
+    # An append, not a MERGE: triage never admits a transaction the ledger already holds (a
+    # replayed batch's own entries aside, and Delta skips the replayed commit: txnAppId).
+    append(spark.createDataFrame(rows, LEDGER_SCHEMA), path, commit)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Literal
 
 from pyspark.sql import DataFrame, SparkSession
@@ -43,7 +44,9 @@ from streaming.errors import CdcError, FailedError, RejectedError
 from streaming.faults import crash_point
 from streaming.layout import Layout, ObjectTable
 from streaming.loads import Loaded, changes_only, load_wave
+from streaming.metering import Cost, Meter
 from streaming.outcomes import ActionOutcome, ErrorInfo, Outcome, Status
+from streaming.parallel import Sessions
 from streaming.plan import Load, PlannedTransaction, plan_transaction
 from streaming.reads import Reader
 from streaming.requests import Operation
@@ -76,6 +79,12 @@ class Sink:
     """The streaming checkpoint's id (read from it at the first batch); None outside a query."""
     history: deque[dict[str, object]] = field(default_factory=lambda: deque(maxlen=100))
     """Progress of the last 100 batches (also logged)."""
+    writers: int = 4
+    """Tables written side by side (``streaming.parallel``)."""
+    sessions: Sessions = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sessions = Sessions(self.spark, self.writers)
 
     # -- the foreachBatch entry point ------------------------------------------------------
     def __call__(self, df: DataFrame, batch_id: int) -> None:
@@ -90,13 +99,9 @@ class Sink:
         verdicts = self._triage(raws, batch_id)
         admitted = [v for v in verdicts if isinstance(v, Admitted)]
         planned, rejected = self._plan(admitted)
-        timeline = Timeline.open(
-            self.spark,
-            self.query_key,
-            batch_id,
-            (p for plan in planned for load in plan.loads for p in self._written(load)),
-            self.clock,
-        )
+        tables = {p for plan in planned for load in plan.loads for p in self._written(load)}
+        timeline = Timeline.open(self.spark, self.query_key, batch_id, tables, self.clock)
+        meter = Meter.start(self.spark, [*tables, *self._histories(planned), *self._system])
         applied = Applied()
         crash_point("before_first_commit")
         for segment in segments(planned):
@@ -106,7 +111,7 @@ class Sink:
         valid = [p for p in planned if p.request.transaction_id not in rejected]
         outcomes = self._outcomes(verdicts, valid, rejected, applied, commit)
         self._record(verdicts, outcomes, rejected, commit)
-        self._progress(batch_id, outcomes, applied, time.monotonic() - started)
+        self._progress(batch_id, outcomes, applied, time.monotonic() - started, meter.stop())
         return outcomes
 
     @property
@@ -154,6 +159,19 @@ class Sink:
         if load.schema.is_object:
             return list(self.layout.object_table(load.dataset, load.schema.name).restorable)
         return [load.writes]
+
+    def _histories(self, planned: Sequence[PlannedTransaction]) -> set[str]:
+        """The history tables of the object tables the transactions write."""
+        return {
+            self.layout.object_table(load.dataset, load.schema.name).history
+            for plan in planned
+            for load in plan.loads
+            if load.schema.is_object
+        }
+
+    @property
+    def _system(self) -> tuple[str, ...]:
+        return (self.layout.ledger, self.layout.outcomes, self.layout.quarantine)
 
     def _reader(self, timeline: Timeline) -> Reader:
         return Reader(self.spark, self.layout, self.datasets, self.base_dir, timeline.version)
@@ -218,8 +236,7 @@ class Sink:
             return
         # History is append-only: never restored, so appended once the segment's current tables
         # are all written. A failure here fails the batch; its replay appends the same rows.
-        for result, paths, commit in history:
-            append_history(result, paths, commit)
+        self.sessions.map(lambda _, item: append_history(*item), history)
         applied.loads.update(done)
 
     def _apply_wave(
@@ -245,26 +262,39 @@ class Sink:
         by_table: dict[str, list[Load]] = defaultdict(list)
         for load in wave:
             by_table[load.writes].append(load)
+        # Object tables first, side by side: each its own step (numbered in path order, so a
+        # replay numbers them alike), folded and written in a session of its own.
+        objects = [
+            _TableWrite(
+                loads,
+                paths := self.layout.object_table(loads[0].dataset, loads[0].schema.name),
+                {p: timeline.version(p) for p in paths.restorable},
+                timeline.next_step(),
+                rows(loads),
+            )
+            for _, loads in sorted(by_table.items())
+            if loads[0].schema.is_object
+        ]
+
+        def apply(spark: SparkSession, write: _TableWrite) -> TableResult:
+            return apply_to_object_table(
+                spark,
+                changes=write.changes,
+                schema=write.loads[0].schema,
+                paths=write.paths,
+                before=write.before,
+                commit=write.commit,
+                partitions=self.shuffle_partitions,
+            )
+
+        for write, result in zip(objects, self.sessions.map(apply, objects), strict=True):
+            timeline.wrote(write.paths.tombstones, write.commit)
+            version = timeline.wrote(write.paths.current, write.commit)
+            history.append((result, write.paths, write.commit))
+            _count(done, write.loads, result.counts, version)
         reader = self._reader(timeline)
         for path, loads in sorted(by_table.items()):
-            schema = loads[0].schema
-            if schema.is_object:
-                commit = timeline.next_step()
-                paths = self.layout.object_table(loads[0].dataset, schema.name)
-                result = apply_to_object_table(
-                    self.spark,
-                    changes=rows(loads),
-                    schema=schema,
-                    paths=paths,
-                    before={p: timeline.version(p) for p in paths.restorable},
-                    commit=commit,
-                    partitions=self.shuffle_partitions,
-                )
-                timeline.wrote(paths.tombstones, commit)
-                version = timeline.wrote(path, commit)
-                crash_point("between_commits")
-                history.append((result, paths, commit))
-                _count(done, loads, result.counts, version)
+            if loads[0].schema.is_object:
                 continue
             for load in loads:  # record and view tables: one commit per operation
                 if load.operation is Operation.INSERT_RECORD:
@@ -334,8 +364,13 @@ class Sink:
             if outcome.status is Status.REJECTED and outcome.error is not None:
                 error = RejectedError(outcome.error.message, code=outcome.error.code)
                 bad.append((verdict.raw, outcome.transaction_id, error))
-        system.quarantine(self.spark, self.layout.quarantine, bad, commit)
-        system.write_outcomes(self.spark, self.layout.outcomes, outcomes, commit)
+        writes: list[Callable[[SparkSession], None]] = [
+            partial(system.quarantine, path=self.layout.quarantine, items=bad, commit=commit),
+            partial(
+                system.write_outcomes, path=self.layout.outcomes, outcomes=outcomes, commit=commit
+            ),
+        ]
+        self.sessions.map(_call, writes)
         crash_point("mid_outcomes")
         if self.publish is not None:
             self.publish(outcomes)
@@ -346,6 +381,7 @@ class Sink:
         outcomes: Sequence[Outcome],
         applied: Applied,
         seconds: float,
+        cost: Cost,
     ) -> None:
         by_status: dict[str, int] = defaultdict(int)
         for o in outcomes:
@@ -361,16 +397,21 @@ class Sink:
             **by_status,
             "rowsChanged": rows,
             "tables": tables,
+            "deltaCommits": cost.commits,
+            "sparkJobs": cost.jobs,
             "seconds": round(seconds, 3),
         }
         self.history.append(entry)
         log.info(
-            "batch %s: %s transactions (%s), %s rows changed in %s tables, %.2fs",
+            "batch %s: %s transactions (%s), %s rows changed in %s tables, "
+            "%s Delta commits, %s Spark jobs, %.2fs",
             batch_id,
             len(outcomes),
             ", ".join(f"{k} {v}" for k, v in sorted(by_status.items())),
             rows,
             tables,
+            cost.commits,
+            cost.jobs,
             seconds,
         )
 
@@ -381,6 +422,17 @@ class _Rejected(Exception):
     def __init__(self, tid: str, error: RejectedError) -> None:
         super().__init__(error.message)
         self.tid, self.error = tid, error
+
+
+@dataclass(frozen=True)
+class _TableWrite:
+    """One object table's share of a wave: its loads, tables, versions before, step, rows."""
+
+    loads: list[Load]
+    paths: ObjectTable
+    before: dict[str, int]
+    commit: BatchCommit
+    changes: DataFrame
 
 
 @dataclass
@@ -400,6 +452,10 @@ def _count(
 ) -> None:
     for load in loads:
         done[load.ordinal] = ({e: counts.get((load.ordinal, e), 0) for e in EFFECTS}, version)
+
+
+def _call(spark: SparkSession, write: Callable[[SparkSession], None]) -> None:
+    write(spark)
 
 
 def _union(frames: Sequence[DataFrame]) -> DataFrame:

@@ -14,8 +14,10 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from delta.tables import DeltaTable
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     BinaryType,
@@ -197,15 +199,12 @@ def batch_commits(
     ``path``: present when the batch is being replayed after a crash. Reads the latest
     ``RECENT_COMMITS`` commits, and up to ``HISTORY_WINDOW`` only when those do not settle it
     (each commit is a file to read: on object storage a request per commit per table per
-    batch)."""
-    table = DeltaTable.forPath(spark, path)
+    batch). The files are read on the driver through Delta's log store: no Spark job."""
     found: dict[int, tuple[int, datetime]] = {}
     for limit in (RECENT_COMMITS, HISTORY_WINDOW):
-        rows = table.history(limit).select("version", "userMetadata").collect()
-        found, settled = scan_commits(
-            [(int(r["version"]), r["userMetadata"]) for r in rows], query, batch_id
-        )
-        if settled or len(rows) < limit:  # or the whole log is read
+        commits = recent_commits(spark, path, limit)
+        found, settled = scan_commits(commits, query, batch_id)
+        if settled or len(commits) < limit:  # or the whole log is read
             break
     return found
 
@@ -237,10 +236,58 @@ def scan_commits(
     return found, settled
 
 
+def _delta_log(spark: SparkSession, path: str) -> Any:
+    """Delta's ``DeltaLog`` of the table at ``path`` (cached by Delta per path, in the JVM)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+
+
 def latest_version(spark: SparkSession, path: str) -> int:
-    row = DeltaTable.forPath(spark, path).history(1).select("version").first()
-    assert row is not None
-    return int(row["version"])
+    """The table's latest version, from its log on the driver (no Spark job, unlike
+    ``DeltaTable.history``): Delta lists the log from its last checkpoint."""
+    jvm = spark._jvm
+    assert jvm is not None
+    empty = jvm.scala.Option.empty()
+    return int(_delta_log(spark, path).update(False, empty, empty).version())
+
+
+def known_version(spark: SparkSession, path: str) -> int:
+    """The latest version this process has seen of the table (its own commits included),
+    without reading the log: for metrics, never for deciding what to read."""
+    return int(_delta_log(spark, path).unsafeVolatileSnapshot().version())
+
+
+def recent_commits(spark: SparkSession, path: str, count: int) -> list[tuple[int, str | None]]:
+    """(version, userMetadata) of the table's latest ``count`` commits, newest first, read
+    from the commit files on the driver (no Spark job). Stops early at a commit file that is
+    gone (log clean-up removes old ones)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    log = _delta_log(spark, path)
+    latest = latest_version(spark, path)
+    store, conf = log.store(), log.newDeltaHadoopConf()
+    out: list[tuple[int, str | None]] = []
+    for version in range(latest, max(latest - count, -1), -1):
+        file = jvm.org.apache.hadoop.fs.Path(log.logPath(), f"{version:020d}.json")
+        try:
+            text = str(store.read(file, conf).mkString("\n"))
+        except Py4JJavaError:
+            break
+        out.append((version, _user_metadata(text)))
+    return out
+
+
+def _user_metadata(commit: str) -> str | None:
+    """The ``userMetadata`` of a commit file's ``commitInfo`` action (None: there is none)."""
+    for line in commit.splitlines():
+        if '"commitInfo"' not in line:
+            continue
+        info = json.loads(line).get("commitInfo")
+        if isinstance(info, dict):
+            meta = info.get("userMetadata")
+            return meta if isinstance(meta, str) else None
+    return None
 
 
 def read_table(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
