@@ -1,8 +1,9 @@
 """Avro messages in the Confluent wire format (``kafka.format: avro``).
 
 A message is the magic byte 0, the writer schema's id (4 bytes, big-endian), then the Avro binary
-body. Writer schemas come from a schema registry (``GET {registry_url}/schemas/ids/{id}``, cached)
-or from a local map of id → ``.avsc`` file (``kafka.avro.schemas``). The schemas this project
+body. Writer schemas come from a schema registry (``kafka.avro.registry``, through confluent-kafka's
+``SchemaRegistryClient``: basic or bearer auth, TLS; parsed schemas cached by id) or from a local
+map of id → ``.avsc`` file (``kafka.avro.schemas``, looked up first). The schemas this project
 writes with ship as package data: ``streaming/resources/schemas/transaction_request.avsc`` and
 ``outcome.avsc``.
 
@@ -12,6 +13,9 @@ cannot be decoded is rejected with its own code:
 
 ``UNKNOWN_SCHEMA_ID``  the schema id is neither in the local map nor in the registry
 ``INVALID_AVRO``       no magic byte, a truncated header or body, or a body the schema cannot read
+
+A registry that cannot answer (unreachable, refused credentials, 5xx) raises ``RegistryError``
+(``SCHEMA_REGISTRY_ERROR``): the batch fails and is replayed; no request is rejected for it.
 """
 
 from __future__ import annotations
@@ -19,18 +23,27 @@ from __future__ import annotations
 import io
 import json
 import struct
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
+from confluent_kafka.schema_registry import (
+    Schema as RegistrySchema,
+)
+from confluent_kafka.schema_registry import (
+    SchemaRegistryClient,
+    SchemaRegistryError,
+    record_subject_name_strategy,
+    topic_record_subject_name_strategy,
+    topic_subject_name_strategy,
+)
+from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import SchemaParseException, UnknownType
 
-from streaming.config import BUILTIN_SCHEMA_PREFIX, AvroConfig, KafkaConfig
+from streaming.config import BUILTIN_SCHEMA_PREFIX, AvroConfig, KafkaConfig, RegistryConfig
 from streaming.core.batch import RawRequest
 from streaming.errors import CdcError, ConfigError, RejectedError
 from streaming.outcomes import Outcome
@@ -42,7 +55,8 @@ HEADER = struct.Struct(">bI")
 
 REQUEST_SCHEMA = "transaction_request"
 OUTCOME_SCHEMA = "outcome"
-REGISTRY_CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+SCHEMA_NOT_FOUND = 40403
+"""The registry's error code for an unknown schema id (any other 404 is a wrong URL)."""
 
 Schema = Any
 """A schema parsed by ``fastavro.parse_schema``."""
@@ -64,9 +78,9 @@ def builtin_schema_text(name: str) -> str:
         raise ConfigError(f"no built-in Avro schema {name!r}") from e
 
 
-def _parse(text: str, where: str) -> Schema:
+def _parse(text: str, where: str, named: dict[str, Any] | None = None) -> Schema:
     try:
-        return parse_schema(json.loads(text))
+        return parse_schema(json.loads(text), named_schemas=named)
     except (ValueError, TypeError, KeyError, SchemaParseException, UnknownType) as e:
         raise ConfigError(f"{where}: not a valid Avro schema: {e}") from e
 
@@ -159,55 +173,113 @@ class LocalSchemas:
         return self.schemas.get(schema_id)
 
 
-@dataclass
 class Registry:
-    """A Confluent-compatible schema registry over HTTP (urllib); schemas cached by id."""
+    """A Confluent-compatible schema registry through confluent-kafka's client
+    (``confluent_kafka.schema_registry.SchemaRegistryClient``: basic or bearer auth, TLS,
+    retries). Parsed schemas are cached by id. Messages name the registry by its URL without
+    credentials and never carry a secret of the config."""
 
-    url: str
-    timeout: float = 10.0
-    cache: dict[int, Schema] = field(default_factory=dict)
+    def __init__(self, cfg: RegistryConfig, client: SchemaRegistryClient | None = None) -> None:
+        self.cfg = cfg
+        self._secrets = cfg.secrets()
+        self.where = ",".join(_without_userinfo(url.strip()) for url in cfg.url.split(","))
+        self.cache: dict[int, Schema] = {}
+        if client is None:
+            try:
+                client = SchemaRegistryClient(cfg.client_conf())
+            except (ValueError, TypeError, OSError) as e:  # ssl.SSLError is an OSError
+                raise ConfigError(f"kafka.avro.registry: {self._redact(str(e))}") from e
+        self.client = client
 
-    def _call(self, path: str, body: Mapping[str, Any] | None = None) -> tuple[int, Any]:
-        data = json.dumps(body).encode("utf-8") if body is not None else None
-        request = urllib.request.Request(
-            self.url.rstrip("/") + path,
-            data=data,
-            method="POST" if data is not None else "GET",
-            headers={"Accept": REGISTRY_CONTENT_TYPE, "Content-Type": REGISTRY_CONTENT_TYPE},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return int(response.status), json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as e:
-            if e.code == 404:
-                return 404, None
-            raise RegistryError(f"schema registry {self.url}{path}: HTTP {e.code}") from e
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            raise RegistryError(f"schema registry {self.url}{path}: {e}") from e
+    def _redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def _failure(self, what: str, error: Exception) -> RegistryError:
+        if isinstance(error, SchemaRegistryError):
+            status = error.http_status_code
+            detail = f"HTTP {status}: {error.error_message}"
+            if status in (401, 403):
+                detail += (
+                    " (the registry refused the credentials: check kafka.avro.registry's "
+                    "basic.auth.user.info or bearer.auth.*)"
+                )
+        else:
+            detail = f"{type(error).__name__}: {error}"
+        return RegistryError(f"schema registry {self.where}: {what}: {self._redact(detail)}")
 
     def get(self, schema_id: int) -> Schema | None:
         if schema_id in self.cache:
             return self.cache[schema_id]
-        status, answer = self._call(f"/schemas/ids/{schema_id}")
-        if status == 404:
-            return None
-        if not isinstance(answer, dict) or not isinstance(answer.get("schema"), str):
-            raise RegistryError(f"schema registry {self.url}: unexpected answer for id {schema_id}")
-        if answer.get("schemaType", "AVRO") != "AVRO":
+        try:
+            found = self.client.get_schema(schema_id)
+            referenced = self._referenced(found, {})
+        except SchemaRegistryError as e:
+            if e.http_status_code == 404 and e.error_code == SCHEMA_NOT_FOUND:
+                return None
+            raise self._failure(f"schema id {schema_id}", e) from e
+        except Exception as e:  # unreachable, TLS, token endpoint: the batch fails, not requests
+            raise self._failure(f"schema id {schema_id}", e) from e
+        if (found.schema_type or "AVRO") != "AVRO" or found.schema_str is None:
             return None  # a Protobuf or JSON schema: no Avro message was written with it
-        schema = _parse(answer["schema"], f"schema id {schema_id} of {self.url}")
+        where = f"schema id {schema_id} of {self.where}"
+        named: dict[str, Any] = {}
+        for name, text in referenced.items():
+            _parse(text, f"{where}, reference {name}", named)
+        schema = _parse(found.schema_str, where, named)
         self.cache[schema_id] = schema
         return schema
 
+    def _referenced(self, schema: RegistrySchema, texts: dict[str, str]) -> dict[str, str]:
+        """The texts of the schemas ``schema`` references (named types registered under other
+        subjects), each after those it references in turn: the order to parse them in."""
+        for ref in schema.references or []:
+            if ref.name is None or ref.subject is None or ref.version is None:
+                continue
+            if ref.name in texts:
+                continue  # reached twice (a diamond): parsed once
+            target = self.client.get_version(ref.subject, ref.version).schema
+            if target is not None and target.schema_str is not None:
+                self._referenced(target, texts)
+                texts[ref.name] = target.schema_str
+        return texts
+
     def register(self, subject: str, schema_text: str) -> int:
         """The id of ``schema_text`` under ``subject`` (registered if new; idempotent)."""
-        quoted = urllib.parse.quote(subject, safe="")
-        status, answer = self._call(f"/subjects/{quoted}/versions", {"schema": schema_text})
-        if status == 404 or not isinstance(answer, dict) or not isinstance(answer.get("id"), int):
-            raise RegistryError(f"schema registry {self.url}: cannot register under {subject}")
-        schema_id = int(answer["id"])
-        self.cache.setdefault(schema_id, _parse(schema_text, f"subject {subject}"))
-        return schema_id
+        try:
+            schema_id = self.client.register_schema(subject, RegistrySchema(schema_text, "AVRO"))
+        except Exception as e:
+            raise self._failure(
+                f"cannot register under subject {subject} (or give the schema id in kafka.avro)",
+                e,
+            ) from e
+        self.cache.setdefault(int(schema_id), _parse(schema_text, f"subject {subject}"))
+        return int(schema_id)
+
+
+def _without_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def subject_name(strategy: str, topic: str, schema_text: str) -> str:
+    """The subject a shipped schema is registered under, by confluent-kafka's strategies."""
+    parsed = json.loads(schema_text)
+    record = (
+        f"{parsed['namespace']}.{parsed['name']}" if parsed.get("namespace") else parsed["name"]
+    )
+    context = SerializationContext(topic, MessageField.VALUE)
+    strategies = {
+        "topic": topic_subject_name_strategy,
+        "record": record_subject_name_strategy,
+        "topic_record": topic_record_subject_name_strategy,
+    }
+    subject = strategies[strategy](context, record)
+    assert subject is not None
+    return str(subject)
 
 
 # -- the codec of one Kafka config -------------------------------------------------------------
@@ -226,9 +298,9 @@ class AvroCodec:
     def create(cls, cfg: KafkaConfig) -> AvroCodec:
         avro = cfg.avro
         if avro is None:
-            raise ConfigError("kafka.avro: required with format avro: give registry_url or schemas")
+            raise ConfigError("kafka.avro: required with format avro: give registry or schemas")
         local = LocalSchemas.load(avro.schemas)
-        registry = Registry(avro.registry_url) if avro.registry_url else None
+        registry = Registry(avro.registry) if avro.registry else None
         source: SchemaSource = _Chain(local, registry) if registry else local
         return cls(source, avro, cfg.transactions_topic, cfg.outcomes_topic, registry)
 
@@ -243,7 +315,8 @@ class AvroCodec:
 
     def _writer(self, kind: str, configured: int | None, topic: str) -> tuple[int, Schema]:
         """(id, schema) to write ``kind`` with: the configured id's schema, else the built-in
-        schema registered under ``<topic>-value`` (the registry's default subject name)."""
+        schema registered under the subject of ``kafka.avro.registry.subject_name_strategy``
+        (by default ``<topic>-value``)."""
         if kind not in self._writers:
             key = f"kafka.avro.{'request' if kind == REQUEST_SCHEMA else 'outcome'}_schema_id"
             if configured is not None:
@@ -253,10 +326,11 @@ class AvroCodec:
                 self._writers[kind] = (configured, schema)
             elif self.registry is not None:
                 text = builtin_schema_text(kind)
-                schema_id = self.registry.register(f"{topic}-value", text)
+                subject = subject_name(self.registry.cfg.subject_name_strategy, topic, text)
+                schema_id = self.registry.register(subject, text)
                 self._writers[kind] = (schema_id, self.schema(schema_id))
             else:
-                raise ConfigError(f"{key}: required without kafka.avro.registry_url")
+                raise ConfigError(f"{key}: required without kafka.avro.registry")
         return self._writers[kind]
 
     # requests

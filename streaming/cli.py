@@ -36,7 +36,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from streaming.session import build_session
 
     cfg = _config(args)
-    spark = build_session(cfg.spark)
+    spark = build_session(cfg.spark, verbose=args.verbose)
     Job.create(spark, cfg).run(once=args.once)
     return 0
 
@@ -44,7 +44,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from streaming.demo import run_demo
 
-    run_demo(workspace=Path(args.workspace) if args.workspace else None)
+    run_demo(workspace=Path(args.workspace) if args.workspace else None, verbose=args.verbose)
     return 0
 
 
@@ -114,7 +114,7 @@ def cmd_results(args: argparse.Namespace) -> int:
 
         source = read_outcomes(cfg.kafka, follow=args.follow)
     else:
-        source = _outcomes_from_delta(cfg)
+        source = _outcomes_from_delta(cfg, args.verbose)
     chosen = (o for o in source if not args.transaction or o.transaction_id == args.transaction)
     if args.json:
         for outcome in chosen:
@@ -128,12 +128,12 @@ def cmd_results(args: argparse.Namespace) -> int:
     return 0
 
 
-def _outcomes_from_delta(cfg: AppConfig) -> list[Outcome]:
+def _outcomes_from_delta(cfg: AppConfig, verbose: bool) -> list[Outcome]:
     from streaming.layout import Layout
     from streaming.session import build_session
     from streaming.tables import read_table
 
-    spark = build_session(cfg.spark)
+    spark = build_session(cfg.spark, verbose=verbose)
     layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
     rows = read_table(spark, layout.outcomes).orderBy("batch_id").select("outcome").collect()
     return [Outcome.from_json(r["outcome"]) for r in rows]
@@ -158,7 +158,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         if args.history
         else layout.table(args.dataset, args.schema)
     )
-    spark = build_session(cfg.spark)
+    spark = build_session(cfg.spark, verbose=args.verbose)
     version = args.version
     if args.consistent:
         from streaming.consistent import CREATED_VERSION, consistent_versions
@@ -182,7 +182,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from streaming.status import collect_status, format_status
 
     cfg = _config(args)
-    spark = build_session(cfg.spark)
+    spark = build_session(cfg.spark, verbose=args.verbose)
     layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
     status = collect_status(spark, layout, batches=args.batches)
     print(json.dumps(status, indent=2) if args.json else format_status(status))
@@ -220,7 +220,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         args.optimize = True
     cfg = _config(args)
     layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
-    spark = build_session(cfg.spark)
+    spark = build_session(cfg.spark, verbose=args.verbose)
     done = maintain(
         spark,
         list(all_tables(layout, load_datasets(cfg))),
@@ -242,7 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Spark Structured Streaming CDC processor: transactions and DMS changes "
         "applied to Delta Lake exactly once.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="debug logging, and Spark's own log lines (by default only its errors and the "
+        "warnings that matter)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="start the streaming job")

@@ -11,15 +11,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from streaming.errors import ConfigError
@@ -37,14 +40,180 @@ BUILTIN_SCHEMA_PREFIX = "builtin:"
 ``builtin:transaction_request`` or ``builtin:outcome`` (streaming/resources/schemas/*.avsc)."""
 
 
+class RegistryConfig(_Strict):
+    """A Confluent-compatible schema registry, through confluent-kafka's client
+    (``confluent_kafka.schema_registry``: basic or bearer auth, TLS, retries, a cache by id).
+
+    Keys are the client's own names (``basic.auth.user.info``, ``ssl.ca.location``, …), so a
+    managed registry's client snippet can be copied. In an environment variable a dot of a key
+    is ``_``: ``CDC_KAFKA__AVRO__REGISTRY__BASIC_AUTH_USER_INFO=key:secret`` (it wins over the
+    file). Secrets are never printed: they are ``**********`` in any dump of the config."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    url: str = Field(
+        description="Registry URL (`https://…`; several: comma-separated, tried in turn)"
+    )
+    basic_auth_user_info: SecretStr | None = Field(
+        None,
+        alias="basic.auth.user.info",
+        description="Basic auth as `user:password` (Confluent Cloud: `<api key>:<api secret>`)",
+    )
+    bearer_auth_credentials_source: Literal["STATIC_TOKEN", "OAUTHBEARER"] | None = Field(
+        None,
+        alias="bearer.auth.credentials.source",
+        description="Bearer auth instead of basic: a fixed `bearer.auth.token`, or tokens "
+        "fetched from `bearer.auth.issuer.endpoint.url` with the client id and secret",
+    )
+    bearer_auth_token: SecretStr | None = Field(
+        None, alias="bearer.auth.token", description="The token of `STATIC_TOKEN`"
+    )
+    bearer_auth_logical_cluster: str | None = Field(
+        None,
+        alias="bearer.auth.logical.cluster",
+        description="Registry cluster id sent with a bearer token (`target-sr-cluster`; "
+        "required with bearer auth)",
+    )
+    bearer_auth_identity_pool_id: str | None = Field(
+        None, alias="bearer.auth.identity.pool.id", description="Identity pool (bearer auth)"
+    )
+    bearer_auth_client_id: str | None = Field(
+        None, alias="bearer.auth.client.id", description="OAuth client id (`OAUTHBEARER`)"
+    )
+    bearer_auth_client_secret: SecretStr | None = Field(
+        None, alias="bearer.auth.client.secret", description="OAuth client secret (`OAUTHBEARER`)"
+    )
+    bearer_auth_scope: str | None = Field(
+        None, alias="bearer.auth.scope", description="OAuth scope (`OAUTHBEARER`)"
+    )
+    bearer_auth_issuer_endpoint_url: str | None = Field(
+        None,
+        alias="bearer.auth.issuer.endpoint.url",
+        description="OAuth token endpoint (`OAUTHBEARER`)",
+    )
+    ssl_ca_location: str | None = Field(
+        None,
+        alias="ssl.ca.location",
+        description="CA certificate (PEM file or folder) the registry's TLS certificate is "
+        "checked against (default: the system's, then certifi's)",
+    )
+    ssl_certificate_location: str | None = Field(
+        None,
+        alias="ssl.certificate.location",
+        description="Client certificate (PEM) for mutual TLS",
+    )
+    ssl_key_location: str | None = Field(
+        None, alias="ssl.key.location", description="Private key (PEM) of the client certificate"
+    )
+    ssl_key_password: SecretStr | None = Field(
+        None, alias="ssl.key.password", description="Password of `ssl.key.location`"
+    )
+    timeout: float = Field(10.0, gt=0, description="Seconds one HTTP request may take")
+    max_retries: int = Field(
+        3,
+        ge=0,
+        alias="max.retries",
+        description="Retries of a request that failed to connect or got 408/429/5xx",
+    )
+    subject_name_strategy: Literal["topic", "record", "topic_record"] = Field(
+        "topic",
+        description="Subject the shipped schemas are registered under: `<topic>-value`, "
+        "`<record name>` or `<topic>-<record name>`",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _environment_spelling_wins(cls, data: Any) -> Any:
+        """A key given both ways (``basic.auth.user.info`` in the file and
+        ``basic_auth_user_info`` from ``CDC_…``): the environment's spelling wins."""
+        if not isinstance(data, dict):
+            return data
+        shaped = dict(data)
+        for name, field in cls.model_fields.items():
+            if field.alias and field.alias != name and name in shaped:
+                shaped[field.alias] = shaped.pop(name)
+        return shaped
+
+    @field_validator("url")
+    @classmethod
+    def _http_urls(cls, value: str) -> str:
+        for url in value.split(","):
+            if not url.strip().startswith(("http://", "https://")):
+                raise ValueError("expected http:// or https:// URLs (comma-separated)")
+        return value
+
+    @field_validator("basic_auth_user_info")
+    @classmethod
+    def _user_and_password(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and ":" not in value.get_secret_value():
+            raise ValueError("expected user:password")
+        return value
+
+    @model_validator(mode="after")
+    def _one_way_to_authenticate(self) -> RegistryConfig:
+        source = self.bearer_auth_credentials_source
+        if source is not None and self.basic_auth_user_info is not None:
+            raise ValueError("give basic.auth.user.info or bearer.auth.*, not both")
+        needed = {
+            None: [],
+            "STATIC_TOKEN": ["bearer.auth.token", "bearer.auth.logical.cluster"],
+            "OAUTHBEARER": [
+                "bearer.auth.client.id",
+                "bearer.auth.client.secret",
+                "bearer.auth.scope",
+                "bearer.auth.issuer.endpoint.url",
+                "bearer.auth.logical.cluster",
+            ],
+        }[source]
+        given = self.model_dump(by_alias=True, exclude_none=True)
+        missing = [key for key in needed if key not in given]
+        if missing:
+            raise ValueError(f"bearer.auth.credentials.source {source} needs {', '.join(missing)}")
+        if self.ssl_key_location and not self.ssl_certificate_location:
+            raise ValueError("ssl.key.location needs ssl.certificate.location")
+        return self
+
+    def client_conf(self) -> dict[str, Any]:
+        """The configuration of ``confluent_kafka.schema_registry.SchemaRegistryClient``."""
+        conf: dict[str, Any] = {}
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if value is None or name == "subject_name_strategy":
+                continue
+            conf[field.alias or name] = (
+                value.get_secret_value() if isinstance(value, SecretStr) else value
+            )
+        return conf
+
+    def secrets(self) -> list[str]:
+        """The secret values (to be blanked out of any message), the URLs' passwords included."""
+        values = [
+            v.get_secret_value()
+            for v in (
+                self.basic_auth_user_info,
+                self.bearer_auth_token,
+                self.bearer_auth_client_secret,
+                self.ssl_key_password,
+            )
+            if v is not None
+        ]
+        if self.basic_auth_user_info is not None:
+            values.append(self.basic_auth_user_info.get_secret_value().split(":", 1)[1])
+        for url in self.url.split(","):
+            password = urlsplit(url.strip()).password
+            if password:
+                values.append(password)
+        return [v for v in values if v]
+
+
 class AvroConfig(_Strict):
     """Avro in the Confluent wire format (magic byte 0, 4-byte schema id, Avro binary body)."""
 
-    registry_url: str | None = Field(
+    registry: RegistryConfig | None = Field(
         None,
-        description="Schema registry URL: schemas are fetched by id (`GET /schemas/ids/{id}`) "
-        "and cached; a missing request/outcome schema id is obtained by registering the "
-        "shipped schema under `<topic>-value`",
+        description="Schema registry: schemas are fetched by id and cached; a missing "
+        "request/outcome schema id is obtained by registering the shipped schema "
+        "(subject: `subject_name_strategy`)",
     )
     schemas: dict[int, str] = Field(
         default_factory=dict,
@@ -59,17 +228,27 @@ class AvroConfig(_Strict):
     outcome_schema_id: int | None = Field(
         None,
         ge=0,
-        description="Schema id the job writes outcomes with (required without `registry_url`; "
+        description="Schema id the job writes outcomes with (required without `registry`; "
         "with a registry and none: registered)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _registry_url_moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "registry_url" in data:
+            raise ValueError(
+                "registry_url is now registry.url (kafka.avro.registry: {url: …}, with its "
+                "authentication and TLS keys beside it)"
+            )
+        return data
 
     @field_validator("request_schema_id", "outcome_schema_id")
     @classmethod
     def _known_locally(cls, value: int | None, info: ValidationInfo) -> int | None:
-        if value is None or info.data.get("registry_url"):
+        if value is None or info.data.get("registry"):
             return value
         if value not in info.data.get("schemas", {}):
-            raise ValueError(f"schema id {value} is not in kafka.avro.schemas (no registry_url)")
+            raise ValueError(f"schema id {value} is not in kafka.avro.schemas (no registry)")
         return value
 
 
@@ -117,7 +296,7 @@ class KafkaConfig(_Strict):
     avro: AvroConfig | None = Field(
         None,
         validate_default=True,
-        description="Avro schemas; required with `format: avro` (`registry_url` or `schemas`)",
+        description="Avro schemas; required with `format: avro` (`registry` or `schemas`)",
     )
 
     @field_validator("options", "client_options")
@@ -144,11 +323,11 @@ class KafkaConfig(_Strict):
     def _avro_has_schemas(cls, value: AvroConfig | None, info: ValidationInfo) -> AvroConfig | None:
         if info.data.get("format") != "avro":
             return value
-        if value is None or (not value.registry_url and not value.schemas):
-            raise ValueError("required with format avro: give registry_url or schemas")
-        if not value.registry_url and value.outcome_schema_id is None:
+        if value is None or (not value.registry and not value.schemas):
+            raise ValueError("required with format avro: give registry or schemas")
+        if not value.registry and value.outcome_schema_id is None:
             raise ValueError(
-                "outcome_schema_id is required with format avro and no registry_url "
+                "outcome_schema_id is required with format avro and no registry "
                 "(the schema id outcomes are written with)"
             )
         return value
@@ -332,7 +511,16 @@ def parse_config(
             k: v if v.startswith(BUILTIN_SCHEMA_PREFIX) else resolve_path(v, base)
             for k, v in kafka.avro.schemas.items()
         }
-        avro = kafka.avro.model_copy(update={"schemas": schemas})
+        registry = kafka.avro.registry
+        if registry is not None:
+            registry = registry.model_copy(
+                update={
+                    name: resolve_path(getattr(registry, name), base)
+                    for name in ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")
+                    if getattr(registry, name)
+                }
+            )
+        avro = kafka.avro.model_copy(update={"schemas": schemas, "registry": registry})
         kafka = kafka.model_copy(update={"avro": avro})
     spark = cfg.spark
     if spark.jars_dir:

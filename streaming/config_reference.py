@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any, Literal, Union, get_args, get_origin
 
 from annotated_types import Ge, Gt
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -27,9 +27,10 @@ HEADER = """\
 
 Every key of `cdc.yaml`. Keys are validated strictly: an unknown key or a wrong value fails at
 startup naming the key. Every key can be set by an environment variable, `CDC_` + the path in
-capitals with `__` between levels (`CDC_KAFKA__BOOTSTRAP=broker:9092`); its value is read as
-YAML. Relative paths resolve against the config file's folder. "required" inside a section means
-required when the section is given.
+capitals with `__` between levels (`CDC_KAFKA__BOOTSTRAP=broker:9092`) and `_` for a dot inside a
+key (`CDC_KAFKA__AVRO__REGISTRY__BASIC_AUTH_USER_INFO`); its value is read as YAML. Relative paths
+resolve against the config file's folder. "required" inside a section means required when the
+section is given. A secret (type "secret") is never printed: `**********` in any dump.
 
 | key | type | default | description |
 |---|---|---|---|
@@ -46,7 +47,7 @@ def _model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", SecretStr: "secret"}
 
 
 def type_name(annotation: Any) -> str:
@@ -102,7 +103,7 @@ def _description(field: FieldInfo, model: type[BaseModel] | None) -> str:
 def rows(model: type[BaseModel] = AppConfig, prefix: str = "") -> Iterator[list[str]]:
     """[key, type, default, description] of every field, sections followed by their keys."""
     for name, field in model.model_fields.items():
-        path = f"{prefix}{name}"
+        path = f"{prefix}{field.alias or name}"
         nested = _model(field.annotation)
         kind = type_name(field.annotation)
         bounds = _bounds(field)

@@ -82,7 +82,7 @@ def drop_dms_file(root: Path) -> None:
     pq.write_table(changes, folder / "20240101-000001.parquet")
 
 
-def run_demo(workspace: Path | None = None) -> None:
+def run_demo(workspace: Path | None = None, *, verbose: bool = False) -> None:
     from streaming.job import Job
     from streaming.session import build_session
     from streaming.tables import read_table
@@ -90,7 +90,7 @@ def run_demo(workspace: Path | None = None) -> None:
     root = workspace or Path(tempfile.mkdtemp(prefix="cdc-demo-"))
     root.mkdir(parents=True, exist_ok=True)
     cfg = load_config(write_workspace(root))
-    spark = build_session(cfg.spark)
+    spark = build_session(cfg.spark, verbose=verbose)
     job = Job.create(spark, cfg)
     print(f"demo workspace: {root}")
 

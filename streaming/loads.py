@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, LongType, MapType, StringType, StructType
 
@@ -45,10 +45,7 @@ def _read_files(spark: SparkSession, files: Files) -> DataFrame:
     if files.format is DataFormat.PARQUET:
         return spark.read.parquet(path)
     if files.format is DataFormat.DMS:
-        # Rows keep their order in the files: several changes to one key apply in file order.
-        df = spark.read.parquet(path)
-        order = Window.orderBy(F.col("_metadata.file_name"), F.col("_metadata.row_index"))
-        return df.withColumn(ROW, F.row_number().over(order) - 1)
+        return _numbered_by_file(spark.read.parquet(path))
     if files.format is DataFormat.EXTENDED:  # Parquet or JSON lines, whichever the files are
         parquet = path.endswith(".parquet") or (
             files.location.local
@@ -58,6 +55,40 @@ def _read_files(spark: SparkSession, files: Files) -> DataFrame:
         reader = spark.read.option("columnNameOfCorruptRecord", CORRUPT)
         return reader.parquet(path) if parquet else reader.json(path)
     raise RejectedError(f"format {files.format} is not supported yet", code="UNSUPPORTED_FORMAT")
+
+
+def _numbered_by_file(df: DataFrame) -> DataFrame:
+    """DMS rows keep their order in the files, so several changes to one key apply in file
+    order: ``ROW`` numbers the rows 0, 1, … by (file name, row in file). It is the row's index
+    in its file plus the number of rows of the files before it, computed where the files are
+    read, on as many tasks as the scan has (a window over every row would move the whole load
+    to one task). The offsets come from the per-file row counts: a row per file, joined back by
+    broadcast. Like the row numbers before, they are the low bits of ``__seq`` (``SEQ_SHIFT``):
+    a load holds fewer than ``2**31`` rows."""
+    at = F.col("_metadata.row_index")
+    if len(df.inputFiles()) <= 1:  # the landing zone's case: one file per transaction
+        return df.withColumn(ROW, at)
+    files = df.select(
+        F.col("_metadata.file_path").alias("__file"), F.col("_metadata.file_name").alias("__name")
+    )
+    counts = files.groupBy("__file", "__name").count()
+    before = counts.alias("b")
+    earlier = (F.col("b.__name") < F.col("f.__name")) | (
+        (F.col("b.__name") == F.col("f.__name")) & (F.col("b.__file") < F.col("f.__file"))
+    )
+    offsets = (
+        counts.alias("f")
+        .join(F.broadcast(before), earlier, "left")
+        .groupBy(F.col("f.__file").alias("__file"))
+        .agg(F.coalesce(F.sum("b.count"), F.lit(0)).alias("__offset"))
+    )
+    return (
+        df.withColumn("__file", F.col("_metadata.file_path"))
+        .withColumn("__at", at)
+        .join(F.broadcast(offsets), "__file")
+        .withColumn(ROW, F.col("__offset") + F.col("__at"))
+        .drop("__file", "__at", "__offset")
+    )
 
 
 def _read(spark: SparkSession, load: Load, reader: Reader) -> DataFrame:

@@ -1,5 +1,8 @@
 """Logging of the job and the CLI: text lines or one JSON object per line (``log.format``).
 
+This is the product's own logging (Python). Spark's driver logs through the log4j2 configuration
+the package ships (``streaming.session``); ``cdc -v`` brings Spark's default lines back.
+
 A JSON line carries ``time`` (UTC, ISO 8601), ``level``, ``logger``, ``message``, the structured
 fields a call passes as ``extra={"cdc": {...}}`` (e.g. the query progress: ``event``,
 ``batchId``, ``inputRowsPerSecond``, ``lag``) and ``exception`` when there is one.
@@ -16,8 +19,9 @@ from typing import Any, TextIO
 from streaming.config import LogConfig
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-QUIET_LOGGERS = ("py4j",)
-"""Third-party loggers kept at WARNING whatever the level (py4j logs every JVM call at DEBUG)."""
+QUIET_LOGGERS = ("py4j", "httpx2", "httpcore2", "httpx", "httpcore", "authlib")
+"""Third-party loggers kept at WARNING whatever the level: py4j logs every JVM call at DEBUG,
+the schema registry client's HTTP stack (httpx2) every request at INFO."""
 
 
 class JsonFormatter(logging.Formatter):

@@ -2,11 +2,18 @@
 
 Jars come from ``jars/spark`` (resolved by ``make jars`` from the pinned pom.xml). On a cluster
 set ``spark.master: null`` and pass the jars or ``--packages`` to spark-submit instead.
+
+Spark's driver logs through the log4j2 configuration the package ships
+(``streaming/resources/log4j2.properties``: WARN and up, less the warnings that are harmless
+here); ``verbose`` (``cdc -v``) leaves Spark its own defaults. The configuration applies when this
+process starts the JVM; a user's ``-Dlog4j2.configurationFile`` in
+``spark.driver.extraJavaOptions`` wins.
 """
 
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -54,13 +61,27 @@ def jar_paths(jars_dir: str | None) -> list[str]:
     return jars
 
 
-def build_session(cfg: SparkConfig) -> SparkSession:
-    """Create (or return the running) SparkSession configured for Delta and Kafka."""
-    builder = SparkSession.builder.appName(cfg.app_name)
-    if cfg.master:
-        builder = builder.master(cfg.master)
-        # Local mode only: on a cluster spark-submit ships the jars.
-        builder = builder.config("spark.jars", ",".join(jar_paths(cfg.jars_dir)))
+LOG4J2_OPTION = "-Dlog4j2.configurationFile="
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def log4j2_config() -> Path:
+    """The log4j2 configuration the package ships for Spark's driver."""
+    return Path(str(resources.files("streaming") / "resources" / "log4j2.properties"))
+
+
+def _with_logging(conf: dict[str, str], verbose: bool) -> dict[str, str]:
+    """``conf`` with the shipped log4j2 configuration in the driver's Java options (kept as
+    they are with ``verbose``, or when they name a configuration already)."""
+    options = conf.get(DRIVER_JAVA_OPTIONS, "")
+    if verbose or LOG4J2_OPTION in options:
+        return conf
+    ours = f"{LOG4J2_OPTION}{log4j2_config().as_uri()}"
+    return {**conf, DRIVER_JAVA_OPTIONS: f"{ours} {options}".strip()}
+
+
+def session_conf(cfg: SparkConfig, *, verbose: bool = False) -> dict[str, str]:
+    """Every Spark setting ``build_session`` gives the builder (``spark.jars`` aside)."""
     local = (cfg.master or "").startswith("local")
     conf = {
         **_BASE_CONF,
@@ -69,9 +90,23 @@ def build_session(cfg: SparkConfig) -> SparkSession:
         "spark.ui.enabled": str(cfg.ui).lower(),
         **cfg.conf,
     }
-    for key, value in conf.items():
+    return _with_logging(conf, verbose)
+
+
+def build_session(cfg: SparkConfig, *, verbose: bool = False) -> SparkSession:
+    """Create (or return the running) SparkSession configured for Delta and Kafka."""
+    builder = SparkSession.builder.appName(cfg.app_name)
+    if cfg.master:
+        builder = builder.master(cfg.master)
+        # Local mode only: on a cluster spark-submit ships the jars.
+        builder = builder.config("spark.jars", ",".join(jar_paths(cfg.jars_dir)))
+    for key, value in session_conf(cfg, verbose=verbose).items():
         builder = builder.config(key, value)
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", _python()))
+    if (cfg.master or "").startswith("local"):
+        # The driver binds to 127.0.0.1 (_LOCAL_CONF); said here too, Spark does not look for
+        # an outside address first (and warn that the hostname resolves to a loopback one).
+        os.environ.setdefault("SPARK_LOCAL_IP", _LOCAL_CONF["spark.driver.bindAddress"])
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(cfg.conf.get("cdc.log.level", "WARN"))
     return session

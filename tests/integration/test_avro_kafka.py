@@ -1,15 +1,23 @@
-"""Avro requests and outcomes through a real broker (``kafka.format: avro``, local schemas).
+"""Avro requests and outcomes through a real broker (``kafka.format: avro``).
 
-``cdc publish`` encodes a good UPSERT as Avro; two bad messages are produced as raw bytes (an
-unknown schema id, a truncated body). One run of the job: the good one is COMMITTED, the bad
-ones are REJECTED with their own codes and their raw bytes quarantined, and the outcomes on the
-topic are Avro in the wire format. The good one sent again is DUPLICATE (the ledger finds its
-id in the Avro payload).
+Local schemas: ``cdc publish`` encodes a good UPSERT as Avro; two bad messages are produced as
+raw bytes (an unknown schema id, a truncated body). One run of the job: the good one is
+COMMITTED, the bad ones are REJECTED with their own codes and their raw bytes quarantined, and the
+outcomes on the topic are Avro in the wire format. The good one sent again is DUPLICATE (the
+ledger finds its id in the Avro payload).
+
+A registry that requires basic auth (``tests/fake_registry.py`` on 127.0.0.1, through
+confluent-kafka's client): ``cdc publish``, the job and ``cdc results`` work with the right
+credentials; with wrong ones each fails clearly (a batch fails and is replayed, its request is
+not rejected), and no secret reaches a log line or a message.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import struct
+from pathlib import Path
 from typing import Any
 
 import deltalake
@@ -17,11 +25,14 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
-from connectors.avro import codec_for
+from connectors.avro import RegistryError, codec_for
 from connectors.kafka_io import produce, read_outcomes
 from streaming.cli import main
 from streaming.config import AppConfig
+from streaming.job import Job
 from streaming.outcomes import Outcome, Status
+from streaming.tables import read_table
+from tests import fake_registry
 from tests.support import Workspace, request, upsert
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -144,3 +155,103 @@ def test_avro_requests_and_outcomes_through_kafka(
     printed = [Outcome.from_json(line) for line in capsys.readouterr().out.splitlines()]
     assert [(o.transaction_id, o.status) for o in printed][-1] == ("tx-avro-1", Status.DUPLICATE)
     assert len(printed) == 4
+
+
+USER, SECRET = "cdc-job", "pa55-W0rd-registry"
+USER_INFO_ENV = "CDC_KAFKA__AVRO__REGISTRY__BASIC_AUTH_USER_INFO"
+
+
+def registry_config(ws: Workspace, bootstrap: str, url: str, user_info: str) -> AppConfig:
+    return ws.config(
+        landing={},
+        kafka={
+            "bootstrap": bootstrap,
+            "transactions_topic": "registry.transactions",
+            "outcomes_topic": "registry.outcomes",
+            "format": "avro",
+            "avro": {"registry": {"url": url, "basic.auth.user.info": user_info, "max.retries": 0}},
+        },
+    )
+
+
+def write_config_without_secret(cfg: AppConfig, path: Path) -> None:
+    """The config file as a user keeps it: the registry's credentials come from the
+    environment (``CDC_KAFKA__AVRO__REGISTRY__BASIC_AUTH_USER_INFO``)."""
+    data = cfg.model_dump(mode="json", by_alias=True)
+    del data["kafka"]["avro"]["registry"]["basic.auth.user.info"]
+    path.write_text(json.dumps(data))
+
+
+def test_avro_through_a_registry_that_requires_basic_auth(
+    spark: SparkSession,
+    ws: Workspace,
+    kafka_broker: Any,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    bootstrap: str = kafka_broker.bootstrap
+    ws.dataset("petstore", DOG)
+    ws.data("ingest1/petstore/Dog/part.json", {"id": "dog1", "name": "Scooby"})
+    ws.data("ingest2/petstore/Dog/part.json", {"id": "dog2", "name": "Lassie"})
+    requests_file = ws.root / "requests.jsonl"
+    config_file = ws.root / "cdc.yaml"
+    with fake_registry.serve(fake_registry.Registry(user=USER, password=SECRET)) as registry:
+        cfg = registry_config(ws, bootstrap, registry.url, f"{USER}:{SECRET}")
+        wrong = registry_config(ws, bootstrap, registry.url, f"{USER}:not-{SECRET}")
+        assert cfg.kafka is not None
+        write_config_without_secret(cfg, config_file)
+
+        # Right credentials: publish (registers the request schema), run, read the results.
+        monkeypatch.setenv(USER_INFO_ENV, f"{USER}:{SECRET}")
+        requests_file.write_text(request("tx-registry-1", upsert("./data/ingest1")) + "\n")
+        assert main(["publish", str(requests_file), "--config", str(config_file)]) == 0
+        request_id = registry.subjects["registry.transactions-value"][0]
+        job = ws.run_once(spark, cfg)
+        outcome_id = registry.subjects["registry.outcomes-value"][0]
+        on_topic = raw_values(bootstrap, cfg.kafka.outcomes_topic)
+        assert [struct.unpack(">bI", v[:5]) for v in on_topic] == [(0, outcome_id)]
+        capsys.readouterr()
+        assert main(["results", "--config", str(config_file), "--json"]) == 0
+        printed = [Outcome.from_json(line) for line in capsys.readouterr().out.splitlines()]
+        assert [(o.transaction_id, o.status) for o in printed] == [
+            ("tx-registry-1", Status.COMMITTED)
+        ]
+        assert {status for *_, status in registry.calls} == {200}
+        assert request_id != outcome_id
+
+        # Wrong credentials: each command fails clearly; nothing is sent, nothing rejected.
+        monkeypatch.setenv(USER_INFO_ENV, f"{USER}:not-{SECRET}")
+        requests_file.write_text(request("tx-registry-2", upsert("./data/ingest2")) + "\n")
+        capsys.readouterr()
+        for command in (["publish", str(requests_file)], ["results", "--json"]):
+            assert main([*command, "--config", str(config_file)]) == 2
+            err = capsys.readouterr().err
+            assert "cdc: error [SCHEMA_REGISTRY_ERROR]" in err and "HTTP 401" in err, err
+            assert "basic.auth.user.info" in err
+        with pytest.raises(RegistryError, match="HTTP 401"):
+            Job.create(spark, wrong)  # the outcome schema is resolved at startup
+
+        # The credentials stop working after the job started: its batch fails and is replayed
+        # (not rejected); with them back, the request is applied once.
+        monkeypatch.setenv(USER_INFO_ENV, f"{USER}:{SECRET}")
+        assert main(["publish", str(requests_file), "--config", str(config_file)]) == 0
+        stale_job = Job.create(spark, cfg)  # a new process: no schema cached but the outcome's
+        registry.password = "rotated"
+        with pytest.raises(Exception, match="HTTP 401") as failed:
+            stale_job.run(once=True)
+        assert SECRET not in str(failed.value)
+        outcomes = read_table(spark, job.layout.outcomes).select("transaction_id").collect()
+        assert [r["transaction_id"] for r in outcomes] == ["tx-registry-1"]
+        registry.password = SECRET
+        ws.run_once(spark, cfg)
+        outcomes = read_table(spark, job.layout.outcomes).select("transaction_id", "status")
+        assert sorted((r[0], r[1]) for r in outcomes.collect()) == [
+            ("tx-registry-1", "COMMITTED"),
+            ("tx-registry-2", "COMMITTED"),
+        ]
+
+    shown = capsys.readouterr()
+    for text in (caplog.text, shown.out, shown.err):
+        assert SECRET not in text

@@ -1,22 +1,21 @@
 """Avro in the Confluent wire format: round trips, the error codes, schemas, config, a registry.
 
-The registry test talks HTTP to a minimal registry served in-process (the two endpoints the
-client uses); no real Confluent registry runs on these machines.
+The registry tests run confluent-kafka's real ``SchemaRegistryClient`` against the small registry
+of ``tests/fake_registry.py`` on 127.0.0.1 (basic or bearer auth, HTTP or HTTPS): no
+Confluent-compatible registry server installs from PyPI or Maven Central.
 """
 
 from __future__ import annotations
 
 import json
 import struct
-import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 import yaml
+from fastavro import parse_schema
 
 from connectors.avro import (
     AvroCodec,
@@ -24,6 +23,7 @@ from connectors.avro import (
     RegistryError,
     builtin_schema_text,
     codec_for,
+    encode,
     load_schema,
 )
 from streaming.config import AvroConfig, KafkaConfig, parse_config
@@ -31,6 +31,8 @@ from streaming.core.batch import Admitted, RawRequest, Refused, SourcePosition, 
 from streaming.errors import ConfigError, RejectedError
 from streaming.outcomes import ActionOutcome, ErrorInfo, Outcome, Status
 from streaming.requests import Action, TransactionRequest, parse_request
+from tests import fake_registry
+from tests.fake_registry import serve
 
 AT = datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=UTC)
 REQUEST = {
@@ -246,83 +248,245 @@ def test_writing_without_a_schema_id_or_registry_fails_naming_the_key() -> None:
         codec.encode_request(REQUEST)
 
 
-# -- a registry over HTTP ------------------------------------------------------------------------
-class _Registry(BaseHTTPRequestHandler):
-    schemas: ClassVar[dict[int, str]] = {}
-    subjects: ClassVar[dict[str, int]] = {}
-    calls: ClassVar[list[str]] = []
-
-    def _answer(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        self.calls.append(f"GET {self.path}")
-        schema_id = int(self.path.rsplit("/", 1)[1])
-        if schema_id in self.schemas:
-            self._answer(200, {"schema": self.schemas[schema_id]})
-        else:
-            self._answer(404, {"error_code": 40403, "message": "Schema not found"})
-
-    def do_POST(self) -> None:
-        self.calls.append(f"POST {self.path}")
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        subject = self.path.split("/")[2]
-        if subject not in self.subjects:
-            self.subjects[subject] = 100 + len(self.schemas)
-            self.schemas[self.subjects[subject]] = body["schema"]
-        self._answer(200, {"id": self.subjects[subject]})
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+# -- a registry through confluent-kafka's client ---------------------------------------------------
+USER, SECRET = "cdc-app", "s3cr3t-Pa55"
 
 
-@pytest.fixture
-def registry() -> Iterator[str]:
-    _Registry.schemas, _Registry.subjects, _Registry.calls = {}, {}, []
-    server = HTTPServer(("127.0.0.1", 0), _Registry)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-def test_registry_registers_the_writers_and_caches_schemas_by_id(registry: str) -> None:
-    kafka = KafkaConfig(
+def registry_kafka(url: str, **registry: Any) -> KafkaConfig:
+    return KafkaConfig(
         bootstrap="unused:9092",
         format="avro",
         transactions_topic="tx",
         outcomes_topic="out",
-        avro=AvroConfig(registry_url=registry),
+        avro=AvroConfig.model_validate({"registry": {"url": url, "max.retries": 0, **registry}}),
     )
-    writer = codec_for(kafka)
-    assert writer is not None
-    payload = writer.encode_request(REQUEST)
-    assert struct.unpack(">I", payload[1:5]) == (_Registry.subjects["tx-value"],)
-    assert writer.outcome_writer() == _Registry.subjects["out-value"]
 
-    reader = AvroCodec.create(kafka)  # a fresh process: schemas fetched by id, then cached
-    assert reader.decode_request(payload) == REQUEST
-    assert reader.decode_request(payload) == REQUEST
-    fetched = [c for c in _Registry.calls if c.startswith("GET")]
-    assert fetched == [f"GET /schemas/ids/{_Registry.subjects['tx-value']}"]
-    with pytest.raises(RejectedError) as caught:
-        reader.decode_request(b"\x00\x00\x00\x03\xe7\x00")  # id 999: the registry says 404
-    assert caught.value.code == "UNKNOWN_SCHEMA_ID"
+
+def test_registry_with_basic_auth_registers_the_writers_and_caches_schemas_by_id() -> None:
+    with serve(fake_registry.Registry(user=USER, password=SECRET)) as fake:
+        kafka = registry_kafka(fake.url, **{"basic.auth.user.info": f"{USER}:{SECRET}"})
+        writer = codec_for(kafka)
+        assert writer is not None
+        payload = writer.encode_request(REQUEST)
+        request_id = fake.subjects["tx-value"][0]
+        assert struct.unpack(">I", payload[1:5]) == (request_id,)
+        assert writer.outcome_writer() == fake.subjects["out-value"][0]
+
+        reader = AvroCodec.create(kafka)  # a fresh process: schemas fetched by id, then cached
+        assert reader.decode_request(payload) == REQUEST
+        assert reader.decode_request(payload) == REQUEST
+        fetched = [path for method, path, _ in fake.calls if method == "GET"]
+        assert fetched == [f"/schemas/ids/{request_id}"]
+        with pytest.raises(RejectedError) as caught:
+            reader.decode_request(b"\x00\x00\x00\x03\xe7\x00")  # id 999: the registry says 404
+        assert caught.value.code == "UNKNOWN_SCHEMA_ID"
+        assert all(status != 401 for *_, status in fake.calls)
+
+
+def test_wrong_credentials_fail_clearly_without_the_secret() -> None:
+    with serve(fake_registry.Registry(user=USER, password=SECRET)) as fake:
+        for settings in ({"basic.auth.user.info": f"{USER}:wrong-{SECRET}"}, {}):
+            codec = codec_for(registry_kafka(fake.url, **settings))
+            assert codec is not None
+            with pytest.raises(RegistryError) as caught:  # the batch fails, nothing is rejected
+                codec.decode_request(b"\x00\x00\x00\x00\x05\x00")
+            message = caught.value.message
+            assert "HTTP 401" in message and "refused the credentials" in message
+            assert "basic.auth.user.info" in message and SECRET not in message
+            with pytest.raises(RegistryError, match="cannot register under subject out-value"):
+                codec.outcome_writer()
+        assert {status for *_, status in fake.calls} == {401}
+
+
+def test_credentials_in_the_url_work_and_are_never_shown() -> None:
+    with serve(fake_registry.Registry(user=USER, password=SECRET)) as fake:
+        good = codec_for(registry_kafka(fake.url.replace("://", f"://{USER}:{SECRET}@")))
+        assert good is not None and good.registry is not None
+        assert good.outcome_writer() == fake.subjects["out-value"][0]
+        assert good.registry.where == fake.url
+        wrong = fake.url.replace("://", f"://{USER}:not-{SECRET}@")
+        bad = codec_for(registry_kafka(wrong))
+        assert bad is not None
+        with pytest.raises(RegistryError) as caught:
+            bad.outcome_writer()
+        assert "HTTP 401" in caught.value.message and f"not-{SECRET}" not in caught.value.message
+
+
+def test_a_bearer_token_is_sent_with_its_logical_cluster() -> None:
+    token = "eyJ-test-token"
+    with serve(fake_registry.Registry(token=token, cluster="lsrc-123")) as fake:
+        settings = {
+            "bearer.auth.credentials.source": "STATIC_TOKEN",
+            "bearer.auth.token": token,
+            "bearer.auth.logical.cluster": "lsrc-123",
+        }
+        codec = codec_for(registry_kafka(fake.url, **settings))
+        assert codec is not None
+        assert codec.outcome_writer() == fake.subjects["out-value"][0]
+        stale = codec_for(registry_kafka(fake.url, **{**settings, "bearer.auth.token": "old"}))
+        assert stale is not None
+        with pytest.raises(RegistryError, match="HTTP 401") as caught:
+            stale.outcome_writer()
+        assert "old" not in caught.value.message.replace("bold", "")
+
+
+def test_a_tls_registry_is_trusted_through_ssl_ca_location(tmp_path: Path) -> None:
+    cert, key = fake_registry.make_certificate(tmp_path)
+    user_info = {"basic.auth.user.info": f"{USER}:{SECRET}"}
+    with serve(fake_registry.Registry(user=USER, password=SECRET), tls=(cert, key)) as fake:
+        assert fake.url.startswith("https://")
+        untrusted = codec_for(registry_kafka(fake.url, **user_info))
+        assert untrusted is not None
+        with pytest.raises(RegistryError, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify"):
+            untrusted.outcome_writer()
+        trusted = codec_for(registry_kafka(fake.url, **user_info, **{"ssl.ca.location": str(cert)}))
+        assert trusted is not None
+        assert trusted.outcome_writer() == fake.subjects["out-value"][0]
 
 
 def test_an_unreachable_registry_fails_the_batch_rather_than_rejecting() -> None:
-    codec = codec_for(
-        KafkaConfig(bootstrap="b:9092", format="avro", avro={"registry_url": "http://127.0.0.1:9"})
-    )
+    codec = codec_for(registry_kafka("http://127.0.0.1:9"))
     assert codec is not None
-    with pytest.raises(RegistryError):
+    with pytest.raises(RegistryError, match=r"http://127\.0\.0\.1:9: schema id 5: ConnectError"):
         codec.decode_request(b"\x00\x00\x00\x00\x05\x00")
+
+
+def test_a_url_that_is_not_a_registry_fails_rather_than_rejecting_every_id() -> None:
+    with serve() as fake:  # any 404 but the registry's "schema not found" (40403)
+        codec = codec_for(registry_kafka(fake.url + "/not-the-api"))
+        assert codec is not None
+        with pytest.raises(RegistryError, match="HTTP 404"):
+            codec.decode_request(b"\x00\x00\x00\x00\x05\x00")
+
+
+@pytest.mark.parametrize(
+    ("strategy", "request_subject", "outcome_subject"),
+    [
+        ("topic", "tx-value", "out-value"),
+        ("record", "cdc.TransactionRequest", "cdc.Outcome"),
+        ("topic_record", "tx-cdc.TransactionRequest", "out-cdc.Outcome"),
+    ],
+)
+def test_shipped_schemas_are_registered_by_the_subject_name_strategy(
+    strategy: str, request_subject: str, outcome_subject: str
+) -> None:
+    with serve() as fake:
+        codec = codec_for(registry_kafka(fake.url, subject_name_strategy=strategy))
+        assert codec is not None
+        codec.encode_request(REQUEST)
+        codec.outcome_writer()
+        assert sorted(fake.subjects) == sorted([request_subject, outcome_subject])
+
+
+def test_schema_references_are_resolved_through_the_registry() -> None:
+    inner = {
+        "type": "record",
+        "name": "Inner",
+        "namespace": "t",
+        "fields": [{"name": "n", "type": "long"}],
+    }
+    outer = {
+        "type": "record",
+        "name": "Outer",
+        "namespace": "t",
+        "fields": [
+            {"name": "transactionId", "type": "string"},
+            {"name": "inner", "type": "t.Inner"},
+        ],
+    }
+    with serve() as fake:
+        fake.add("inner-value", {"schema": json.dumps(inner)})
+        reference = {"name": "t.Inner", "subject": "inner-value", "version": 1}
+        outer_id = fake.add("outer-value", {"schema": json.dumps(outer), "references": [reference]})
+        named: dict[str, Any] = {}
+        parse_schema(inner, named_schemas=named)
+        writer = parse_schema(outer, named_schemas=named)
+        payload = encode(
+            outer_id, writer, {"transactionId": "tx-r", "inner": {"n": 7}}, strict=True
+        )
+        codec = codec_for(registry_kafka(fake.url))
+        assert codec is not None
+        assert codec.decode_request(payload) == {"transactionId": "tx-r", "inner": {"n": 7}}
+
+
+# -- the registry's configuration ------------------------------------------------------------
+def test_registry_url_is_now_a_section(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"kafka\.avro: .*registry_url is now registry\.url"):
+        config(
+            {"bootstrap": "b:9092", "format": "avro", "avro": {"registry_url": "http://r"}},
+            tmp_path,
+        )
+
+
+@pytest.mark.parametrize(
+    ("registry", "named"),
+    [
+        ({"url": "registry:8081"}, "kafka.avro.registry.url: expected http:// or https://"),
+        ({"url": "http://r", "basic.auth.user.info": "no-colon"}, "user:password"),
+        (
+            {
+                "url": "http://r",
+                "basic.auth.user.info": "u:p",
+                "bearer.auth.credentials.source": "STATIC_TOKEN",
+            },
+            "not both",
+        ),
+        (
+            {
+                "url": "http://r",
+                "bearer.auth.credentials.source": "STATIC_TOKEN",
+                "bearer.auth.token": "t",
+            },
+            "needs bearer.auth.logical.cluster",
+        ),
+        ({"url": "http://r", "ssl.key.location": "k.pem"}, "needs ssl.certificate.location"),
+        (
+            {"url": "http://r", "basic.auth.user": "u"},
+            "kafka.avro.registry.basic.auth.user: unknown key",
+        ),
+    ],
+)
+def test_registry_config_errors_name_the_key(
+    tmp_path: Path, registry: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        config({"bootstrap": "b:9092", "format": "avro", "avro": {"registry": registry}}, tmp_path)
+    assert named in str(caught.value)
+    assert "u:p" not in str(caught.value)
+
+
+def test_registry_secrets_come_from_the_environment_and_are_never_printed(tmp_path: Path) -> None:
+    data = {
+        "warehouse": "w",
+        "checkpoints": "c",
+        "kafka": {
+            "bootstrap": "b:9092",
+            "format": "avro",
+            "avro": {
+                "registry": {
+                    "url": "https://registry.example:8081",
+                    "basic.auth.user.info": "file-user:file-secret",
+                    "ssl.ca.location": "certs/ca.pem",
+                }
+            },
+        },
+    }
+    environ = {"CDC_KAFKA__AVRO__REGISTRY__BASIC_AUTH_USER_INFO": f"{USER}:{SECRET}"}
+    cfg = parse_config(data, base=tmp_path, environ=environ)
+    assert cfg.kafka is not None and cfg.kafka.avro is not None
+    registry = cfg.kafka.avro.registry
+    assert registry is not None
+    conf = registry.client_conf()
+    assert conf["basic.auth.user.info"] == f"{USER}:{SECRET}"  # the environment wins
+    assert conf["ssl.ca.location"] == str(tmp_path / "certs" / "ca.pem")
+    assert conf["url"] == "https://registry.example:8081" and conf["max.retries"] == 3
+    for shown in (
+        repr(cfg),
+        str(cfg),
+        cfg.model_dump_json(),
+        json.dumps(cfg.model_dump(mode="json")),
+    ):
+        assert SECRET not in shown and "file-secret" not in shown
 
 
 def test_the_readme_avro_example_is_a_valid_config(tmp_path: Path) -> None:
@@ -330,12 +494,15 @@ def test_the_readme_avro_example_is_a_valid_config(tmp_path: Path) -> None:
     section = readme[readme.index("## Avro messages") :]
     example = section[section.index("```yaml\n") + 8 : section.index("```\n", 8)]
     data = yaml.safe_load(example)
-    cfg = parse_config({"warehouse": "w", "checkpoints": "c", **data}, base=tmp_path, environ={})
+    environ = {"CDC_KAFKA__AVRO__REGISTRY__BASIC_AUTH_USER_INFO": f"{USER}:{SECRET}"}
+    cfg = parse_config(
+        {"warehouse": "w", "checkpoints": "c", **data}, base=tmp_path, environ=environ
+    )
     assert cfg.kafka is not None and cfg.kafka.avro is not None
     assert cfg.kafka.format == "avro" and cfg.kafka.avro.outcome_schema_id == 2
+    assert cfg.kafka.avro.registry is not None
+    assert cfg.kafka.avro.registry.client_conf()["basic.auth.user.info"] == f"{USER}:{SECRET}"
     local = codec_for(
-        cfg.kafka.model_copy(
-            update={"avro": cfg.kafka.avro.model_copy(update={"registry_url": None})}
-        )
+        cfg.kafka.model_copy(update={"avro": cfg.kafka.avro.model_copy(update={"registry": None})})
     )
     assert local is not None and local.outcome_writer() == 2

@@ -16,13 +16,15 @@ REFERENCE = ROOT / "docs" / "config.md"
 
 
 def leaf_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
-    """Every key path of the models, found independently of config_reference."""
+    """Every key path of the models (a key is its alias where it has one: the schema
+    registry client's dotted names), found independently of config_reference."""
     paths = []
     for name, field in model.model_fields.items():
-        paths.append(prefix + name)
+        key = field.alias or name
+        paths.append(prefix + key)
         for candidate in (field.annotation, *getattr(field.annotation, "__args__", ())):
             if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-                paths.extend(leaf_paths(candidate, f"{prefix}{name}."))
+                paths.extend(leaf_paths(candidate, f"{prefix}{key}."))
     return paths
 
 
@@ -43,6 +45,9 @@ def test_every_key_is_documented_with_a_type_and_a_description() -> None:
     assert by_key["kafka.avro.schemas"][1] == "map of integer → string"
     assert by_key["spark.shuffle_partitions"][1:3] == ["integer > 0", "`4`"]
     assert by_key["log.level"][2] == "`INFO`"
+    assert by_key["kafka.avro.registry.url"][1:3] == ["string", "required"]
+    assert by_key["kafka.avro.registry.basic.auth.user.info"][1] == "secret or null"
+    assert by_key["kafka.avro.registry.max.retries"][1:3] == ["integer ≥ 0", "`3`"]
 
 
 def test_readme_links_the_reference_instead_of_repeating_it() -> None:
