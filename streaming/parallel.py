@@ -29,6 +29,10 @@ CHILD_CONF = {
     # The sources of our MERGEs are rows folded on the driver: deterministic, already in memory.
     # Delta would otherwise copy them into its block manager first (a Spark job per MERGE).
     "spark.databricks.delta.merge.materializeSource": "none",
+    # The plans here are tiny (a batch's rows, a table's log): adaptive execution has nothing to
+    # coalesce, and runs each of their shuffle stages as a Spark job of its own (78 → 52 jobs
+    # for a batch of 12 transactions over 3 tables; tests/integration/test_batch_budget.py).
+    "spark.sql.adaptive.enabled": "false",
 }
 
 

@@ -513,10 +513,19 @@ def _duplicate(verdict: Repeated, first: Mapping[str, Outcome], commit: BatchCom
 
 def _checkpoint_id(spark: SparkSession, checkpoint: str) -> str:
     """The id Spark gave the query's checkpoint (``<checkpoint>/metadata``): new for a new
-    checkpoint, the same across restarts."""
-    line = spark.read.text(f"{checkpoint.rstrip('/')}/metadata").first()
-    assert line is not None, f"no metadata in the checkpoint {checkpoint}"
-    return str(json.loads(line[0])["id"])
+    checkpoint, the same across restarts. Read on the driver (Hadoop's file system: local paths
+    and s3a:// alike), not with a Spark job."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/metadata")
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(fs.open(path), "UTF-8"))
+    try:
+        line = reader.readLine()
+    finally:
+        reader.close()
+    assert line, f"no metadata in the checkpoint {checkpoint}"
+    return str(json.loads(str(line))["id"])
 
 
 def _path_kind(spark: SparkSession) -> Callable[[str], Literal["dir", "file"] | None]:
