@@ -445,14 +445,14 @@ def latency_plain(
         last_publish = publisher.steady(measured, sizes.latency_rate, "Latency plain")
         wanted = {tx.transaction_id for tx in measured}
         _wait_plain(sink, done, wanted, last_publish + sizes.latency_drain, query)
-        sink.closed.set()
+        sink.close()
         if not wanted <= done.keys():
             say("Latency plain: no new batches; waiting for the batch in flight to finish")
             sink.idle.wait(900)
             _wait_plain(sink, done, wanted, time.time(), query)
         stopped_at = time.time()
     finally:
-        sink.closed.set()
+        sink.close()
         sink.idle.wait(900)
         query.stop()
     published = publisher.published

@@ -60,6 +60,8 @@ class BatchRecord:
     sink_seconds: float
     jobs: int
     commits: int
+    first_job: int = 0
+    """The id of the batch's first Spark job (its jobs are ``first_job .. first_job + jobs``)."""
     trigger_seconds: float | None = None
     """Spark's ``durationMs.triggerExecution`` of the batch (filled after the query)."""
 
@@ -100,6 +102,7 @@ class BatchMeter:
                         seconds,
                         self.next_job() - jobs,
                         delta_commits(self.roots) - commits,
+                        jobs,
                     )
                 )
 

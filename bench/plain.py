@@ -178,14 +178,22 @@ class PlainSink:
     closed: threading.Event = field(default_factory=threading.Event)
     """Once set, batches that start are skipped (their offsets still commit)."""
     idle: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.idle.set()
 
+    def close(self) -> None:
+        """Skip the batches that start from now on; once this returns, ``idle`` is clear while
+        a batch that started before runs."""
+        with self._lock:
+            self.closed.set()
+
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        if self.closed.is_set():
-            return
-        self.idle.clear()
+        with self._lock:
+            if self.closed.is_set():
+                return
+            self.idle.clear()
         started = time.time()
         try:
             changes = _changes(self.root, self.payloads(df))
