@@ -17,20 +17,16 @@ from streaming.catalog import Dataset, load_dataset
 from streaming.config import AppConfig
 from streaming.core.batch import decode_json_request
 from streaming.errors import ConfigError
+from streaming.evolution import evolve
 from streaming.layout import Layout
 from streaming.observe import ProgressListener
 from streaming.sink import Sink
 from streaming.tables import (
-    CURRENT_TABLE_PROPERTIES,
-    HISTORY_TABLE_PROPERTIES,
     LEDGER_SCHEMA,
     OUTCOMES_SCHEMA,
     QUARANTINE_SCHEMA,
     add_missing_columns,
-    current_schema,
     ensure_table,
-    history_schema,
-    tombstones_schema,
 )
 
 log = logging.getLogger(__name__)
@@ -41,29 +37,14 @@ def load_datasets(cfg: AppConfig) -> dict[str, Dataset]:
 
 
 def prepare_tables(spark: SparkSession, datasets: Mapping[str, Dataset], layout: Layout) -> None:
-    """Create every table the job writes (empty), so readers find them from the start."""
+    """Create every table the job writes (empty), so readers find them from the start, and bring
+    the tables of changed dataset definitions up to date (``streaming.evolution``) — or refuse
+    to start, before the query consumes anything, when a change is not additive."""
     ensure_table(spark, layout.ledger, LEDGER_SCHEMA)
     add_missing_columns(spark, layout.ledger, LEDGER_SCHEMA)  # ledgers of older versions
     ensure_table(spark, layout.outcomes, OUTCOMES_SCHEMA)
     ensure_table(spark, layout.quarantine, QUARANTINE_SCHEMA)
-    for name, dataset in datasets.items():
-        for schema in dataset.schemas.values():
-            if schema.is_record or schema.materialized:
-                ensure_table(spark, layout.table(name, schema.name), current_schema(schema))
-        for schema in dataset.object_schemas():
-            ensure_table(
-                spark,
-                layout.table(name, schema.name),
-                current_schema(schema),
-                CURRENT_TABLE_PROPERTIES,
-            )
-            ensure_table(spark, layout.tombstones(name, schema.name), tombstones_schema(schema))
-            ensure_table(
-                spark,
-                layout.history(name, schema.name),
-                history_schema(schema),
-                HISTORY_TABLE_PROPERTIES,
-            )
+    evolve(spark, datasets, layout)
 
 
 def _local_dir(path: str) -> str:
@@ -106,6 +87,8 @@ class Job:
     def create(cls, spark: SparkSession, cfg: AppConfig) -> Job:
         datasets = load_datasets(cfg)
         layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
+        # Before anything else connects: a definition its tables cannot follow stops here.
+        prepare_tables(spark, datasets, layout)
         kafka = cfg.kafka
         codec = codec_for(kafka)  # Avro schemas are read (or fetched) at startup
         sink = Sink(
@@ -122,7 +105,6 @@ class Job:
             publish=outcome_publisher(kafka) if kafka else None,
             decode=AvroRequestDecoder(codec) if codec else decode_json_request,
         )
-        prepare_tables(spark, datasets, layout)
         return cls(spark, cfg, datasets, layout, sink)
 
     def start(self, *, once: bool) -> StreamingQuery:
