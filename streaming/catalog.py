@@ -239,6 +239,12 @@ class SchemaDef(_Model):
         """id, version, created, updated, hash for objects; none for the other kinds."""
         return list(META_COLUMNS) if self.is_object else []
 
+    @property
+    def changes_by_watermark(self) -> bool:
+        """Seed 001: with a watermark or a tombstone key, several rows of one key are changes
+        resolved by the watermark (NULL smallest; on a tie the later row wins), not duplicates."""
+        return bool(self.watermark) or self.tombstone is not None
+
     def data_columns(self) -> list[str]:
         """Property columns in order; an object's ``id`` is a meta column, not a property."""
         return [p for p in self.properties if not (self.is_object and p == "id")]

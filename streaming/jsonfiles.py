@@ -16,6 +16,11 @@ driver (no Spark job), read once as text, and:
    does not fit becomes a ``__bad_cols`` entry (TYPE_MISMATCH), an unparsable record or one
    with a repeated key is ``__corrupt`` (CORRUPT_RECORD); the batch's one check job sees them.
 
+For a schema with a watermark or a tombstone key, several rows of one key are changes (seed 001),
+so each row's ``__seq`` carries its place in the load: files by path, then lines, then the
+records of a line (one window per table, partitioned by load). Elsewhere a key given twice is
+DUPLICATE_ID and every row of a load has the same ``__seq``.
+
 Only JSON files feeding object tables with a per-row kind (UPSERT, PATCH, DELETE,
 INSERT_IGNORE) take this path; everything else is read load by load (``streaming.loads``).
 """
@@ -28,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -48,10 +53,15 @@ from streaming.requests import DataFormat, Operation
 
 BATCHED_KINDS = (ChangeKind.UPSERT, ChangeKind.PATCH, ChangeKind.DELETE, ChangeKind.INSERT_IGNORE)
 _FILE = "__file"
+_BLOCK, _LINE, _POS = "__block", "__line", "__pos"
+"""Where a record is in its file: the split it was read in (its first byte), the line's id
+(increasing with the line within a split: ``monotonically_increasing_id``), the record's place
+in the line (a line may hold a JSON array of records)."""
 _LOADS_SCHEMA = StructType(
     [
         StructField(_FILE, StringType()),
         StructField("ordinal", LongType()),
+        StructField("fileno", LongType()),
         StructField("tx", StringType()),
         StructField("kind", StringType()),
         StructField("cols", ArrayType(StringType())),
@@ -113,7 +123,10 @@ def read_json_loads(
     if not everything:
         return [], refused
     text = spark.read.text(everything).select(
-        F.col("_metadata.file_path").alias(_FILE), _records(F.col("value")).alias("record")
+        F.col("_metadata.file_path").alias(_FILE),
+        F.col("_metadata.file_block_start").alias(_BLOCK),
+        F.monotonically_increasing_id().alias(_LINE),
+        F.posexplode(_records(F.col("value"))).alias(_POS, "record"),
     )
     keys_by_file = _discover(text)
     by_table: dict[str, list[tuple[Load, list[str], dict[str, str], list[str]]]] = defaultdict(list)
@@ -121,7 +134,7 @@ def read_json_loads(
         if load.ordinal not in files:
             continue
         wanted = {_normalise(f) for f in files[load.ordinal]}
-        spark_files = [fp for fp in keys_by_file if _normalise(fp) in wanted]
+        spark_files = sorted(fp for fp in keys_by_file if _normalise(fp) in wanted)
         columns = sorted({k for fp in spark_files for k in keys_by_file[fp]})
         try:
             sources, present = resolve(load, columns)
@@ -137,11 +150,11 @@ def read_json_loads(
 
 
 def _records(value: Column) -> Column:
-    """A line's records: the line, or the elements of a top-level JSON array (as the JSON
-    reader does); blank lines hold none."""
+    """A line's records (an array to explode): the line, or the elements of a top-level JSON
+    array (as the JSON reader does); blank lines hold none."""
     blank = F.trim(value) == F.lit("")
     array = F.ltrim(value).startswith("[")
-    return F.explode(
+    return (
         F.when(blank, F.array().cast("array<string>"))
         .when(array, F.coalesce(F.from_json(value, "array<string>"), F.array(value)))
         .otherwise(F.array(value))
@@ -181,13 +194,14 @@ def _changes(
             (
                 fp,
                 load.ordinal,
+                fileno,
                 load.transaction_id,
                 load.kind.value if load.kind else None,
                 present if load.kind is ChangeKind.PATCH else None,
                 {p: sources[p] for p in ["id", *present]},
             )
             for load, spark_files, sources, present in members
-            for fp in spark_files
+            for fileno, fp in enumerate(spark_files)
         ],
         _LOADS_SCHEMA,
     )
@@ -222,7 +236,7 @@ def _changes(
         kind = F.when(upsert & marked, F.lit(ChangeKind.DELETE.value)).otherwise(kind)
     return parsed.select(
         F.try_variant_get(raw("id"), "$", "string").alias("id"),
-        F.shiftleft(F.col("ordinal"), SEQ_SHIFT).alias("__seq"),
+        (F.shiftleft(F.col("ordinal"), SEQ_SHIFT) + _row(schema)).alias("__seq"),
         F.col("tx").alias("__tx"),
         kind.alias("__kind"),
         F.col("cols").alias("__cols"),
@@ -233,6 +247,16 @@ def _changes(
         F.array_compact(F.array(*bad)).alias("__bad_cols"),
         (F.col("m").isNull() | F.coalesce(F.col("__repeated"), F.lit(False))).alias("__corrupt"),
     )
+
+
+def _row(schema: SchemaDef) -> Column:
+    """A record's place in its load — files by path, then lines, then records of a line — when
+    the schema resolves several rows of one key by the watermark (seed 001: on a tie the later
+    row wins); 0 otherwise (a key given twice is DUPLICATE_ID, so the order does not matter)."""
+    if not schema.changes_by_watermark:
+        return F.lit(0).cast("long")
+    order = Window.partitionBy("ordinal").orderBy("fileno", _BLOCK, _LINE, _POS)
+    return (F.row_number().over(order) - 1).cast("long")
 
 
 def _tombstone_marked(value: Column, schema: SchemaDef) -> Column:

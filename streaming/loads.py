@@ -24,7 +24,7 @@ from streaming.catalog import SchemaDef
 from streaming.core.columns import ColumnFormat, resolve_columns
 from streaming.core.fold import ChangeKind
 from streaming.errors import RejectedError
-from streaming.jsonfiles import batchable, local_or_hadoop_lister, read_json_loads
+from streaming.jsonfiles import BATCHED_KINDS, batchable, local_or_hadoop_lister, read_json_loads
 from streaming.plan import Files, Load, SchemaRows
 from streaming.reads import Reader, filtered
 from streaming.requests import DataFormat, Operation
@@ -236,6 +236,7 @@ def load_changes(spark: SparkSession, load: Load, reader: Reader) -> DataFrame:
             f"cannot read {_describe(load)}: {str(e).splitlines()[0]}",
             code="UNREADABLE_DATA",
         ) from e
+    raw = _in_file_order(load, raw)
     schema = load.schema
     props = schema.data_columns()
     files = load.source if isinstance(load.source, Files) else None
@@ -280,7 +281,7 @@ def load_changes(spark: SparkSession, load: Load, reader: Reader) -> DataFrame:
     key = F.col(f"`{sources['id']}`") if "id" in sources else F.lit(None)
     changes = raw.select(
         key.cast("string").alias("id"),
-        (F.lit(load.ordinal << SEQ_SHIFT) + row).alias("__seq"),
+        (F.lit(load.ordinal << SEQ_SHIFT).cast("long") + row).alias("__seq"),
         F.lit(load.transaction_id).alias("__tx"),
         _kind(load, raw, schema, sources).alias("__kind"),
         columns.cast(ArrayType(StringType())).alias("__cols"),
@@ -361,14 +362,15 @@ def _with_scope_deletes(
 
 
 def check_loads(loaded: Sequence[Loaded]) -> dict[int, RejectedError]:
-    """Row-level problems per load ordinal, found by one Spark job over every load of the wave."""
+    """Row-level problems per load ordinal, found by one Spark job over every load of the wave
+    (one result row per load: ``__seq`` also numbers the rows of loads whose order matters)."""
     if not loaded:
         return {}
     union = loaded[0].frame.select(_CHECK_COLUMNS)
     for part in loaded[1:]:
         union = union.unionByName(part.frame.select(_CHECK_COLUMNS))
     stats = (
-        union.groupBy("__seq")
+        union.groupBy(F.shiftright(F.col("__seq").cast("long"), SEQ_SHIFT).alias("ordinal"))
         .agg(
             F.sum(F.col("__corrupt").cast("int")).alias("corrupt"),
             F.sum(F.col("id").isNull().cast("int")).alias("no_id"),
@@ -380,7 +382,7 @@ def check_loads(loaded: Sequence[Loaded]) -> dict[int, RejectedError]:
     by_ordinal = {load.ordinal: load for part in loaded for load in part.loads}
     errors: dict[int, RejectedError] = {}
     for row in stats:
-        load = by_ordinal[int(row["__seq"]) >> SEQ_SHIFT]
+        load = by_ordinal[int(row["ordinal"])]
         where = f"actions[{load.action_index}] {load.schema.name} from {_describe(load)}"
         keyed = load.schema.is_object
         if row["corrupt"]:
@@ -404,8 +406,36 @@ def check_loads(loaded: Sequence[Loaded]) -> dict[int, RejectedError]:
 
 
 def _many_changes_per_key(load: Load) -> bool:
-    """DMS files hold several changes of one key, applied in file order."""
-    return isinstance(load.source, Files) and load.source.format is DataFormat.DMS
+    """Whether several rows of one key in ``load`` are changes, applied in file order: DMS files;
+    JSON and Parquet files of UPSERT, PATCH, DELETE or INSERT_IGNORE into a schema with a
+    watermark or a tombstone key (seed 001: the rows of a key are resolved by the watermark,
+    NULL smallest, on a tie the later row wins). Otherwise a key given twice is DUPLICATE_ID."""
+    if not isinstance(load.source, Files):
+        return False
+    if load.source.format is DataFormat.DMS:
+        return True
+    if load.source.format is DataFormat.JSON:
+        return batchable(load) and load.schema.changes_by_watermark
+    return (
+        load.source.format is DataFormat.PARQUET
+        and load.schema.is_object
+        and load.schema.changes_by_watermark
+        and load.kind in BATCHED_KINDS
+        and load.operation not in (Operation.MERGE, Operation.REPLACE)
+    )
+
+
+def _in_file_order(load: Load, raw: DataFrame) -> DataFrame:
+    """Parquet rows of a load whose rows are changes (``_many_changes_per_key``) numbered in
+    file order as DMS rows are (``ROW``, ``_numbered_by_file``); others as they are."""
+    files = load.source
+    if ROW in raw.columns or not (
+        isinstance(files, Files)
+        and files.format is DataFormat.PARQUET
+        and _many_changes_per_key(load)
+    ):
+        return raw
+    return _numbered_by_file(raw)
 
 
 def changes_only(df: DataFrame) -> DataFrame:
