@@ -65,19 +65,19 @@ SEQ_SHIFT = 32
 
 def _fold_schema(data: StructType, mark: StructType | None) -> StructType:
     fields = [
-        StructField("row_kind", StringType()),
+        StructField("__row_kind", StringType()),
         StructField("id", StringType()),
         StructField("version", LongType()),
         StructField("created", TimestampType()),
         StructField("updated", TimestampType()),
-        StructField("deleted", BooleanType()),
-        StructField("op", StringType()),
-        StructField("tx", StringType()),
-        StructField("seq", LongType()),
-        StructField("effect", StringType()),
+        StructField("__deleted", BooleanType()),
+        StructField("__op", StringType()),
+        StructField("__tx", StringType()),
+        StructField("__seq", LongType()),
+        StructField("__effect", StringType()),
         StructField("data", data),
     ]
-    return StructType([*fields, StructField("mark", mark)] if mark else fields)
+    return StructType([*fields, StructField("__mark", mark)] if mark else fields)
 
 
 @dataclass(frozen=True)
@@ -119,32 +119,32 @@ class _Folder:
 
     def output_rows(self, key: str, folded: Folded) -> Iterator[dict[str, Any]]:
         for seq, effect in folded.effects:
-            yield {"row_kind": "effect", "id": key, "seq": seq, "effect": effect}
+            yield {"__row_kind": "__effect", "id": key, "__seq": seq, "__effect": effect}
         if not folded.changed:
             return
         final = folded.final
         state = {
-            "row_kind": "state",
+            "__row_kind": "state",
             "id": key,
             "version": final.version,
             "created": final.created,
             "updated": final.updated,
-            "deleted": not final.live,
+            "__deleted": not final.live,
             "data": dict(final.data) if final.data is not None else None,
         }
         if self.watermark and final.watermark is not None:
-            state["mark"] = dict(zip(self.watermark, final.watermark, strict=True))
+            state["__mark"] = dict(zip(self.watermark, final.watermark, strict=True))
         yield state
         for h in folded.history:
             yield {
-                "row_kind": "history",
+                "__row_kind": "history",
                 "id": key,
                 "version": h.version,
                 "created": h.created,
                 "updated": h.updated,
-                "deleted": h.deleted,
-                "op": h.op,
-                "tx": h.transaction_id,
+                "__deleted": h.deleted,
+                "__op": h.op,
+                "__tx": h.transaction_id,
                 "data": dict(h.data),
             }
 
@@ -253,19 +253,19 @@ def _apply_small(
         folded = fold(folder.stored(stored.get(key, _NOTHING)), [folder.change(r) for r in group])
         out.extend(folder.output_rows(key, folded))
     counts: Counter[tuple[int, Effect]] = Counter(
-        (int(r["seq"]) >> SEQ_SHIFT, r["effect"]) for r in out if r["row_kind"] == "effect"
+        (int(r["__seq"]) >> SEQ_SHIFT, r["__effect"]) for r in out if r["__row_kind"] == "__effect"
     )
-    state = [r for r in out if r["row_kind"] == "state"]
+    state = [r for r in out if r["__row_kind"] == "state"]
     history = None
     if state:
         out_schema = _fold_schema(data_schema, mark)
         keys = sorted({r["id"] for r in state})
         _merge(spark.createDataFrame(state, out_schema), props, paths, commit, keys=keys)
-        deleted = [r for r in state if r["deleted"]]
+        deleted = [r for r in state if r["__deleted"]]
         if deleted:
             _append_tombstones(spark.createDataFrame(deleted, out_schema), paths, commit, mark)
         history = _history_rows(
-            spark.createDataFrame([r for r in out if r["row_kind"] == "history"], out_schema),
+            spark.createDataFrame([r for r in out if r["__row_kind"] == "history"], out_schema),
             props,
         )
     return TableResult(dict(counts), latest_version(spark, paths.current), history)
@@ -378,28 +378,30 @@ def _apply_large(
     counts: dict[tuple[int, Effect], int] = {}
     deletes = 0
     for r in (
-        folded.where("row_kind IN ('effect', 'state')")
-        .groupBy("row_kind", F.shiftright("seq", SEQ_SHIFT).alias("ordinal"), "effect", "deleted")
+        folded.where("__row_kind IN ('effect', 'state')")
+        .groupBy(
+            "__row_kind", F.shiftright("__seq", SEQ_SHIFT).alias("ordinal"), "__effect", "__deleted"
+        )
         .agg(F.count("*").alias("n"))
         .collect()
     ):
-        if r["row_kind"] == "effect":
-            counts[(int(r["ordinal"]), r["effect"])] = int(r["n"])
-        elif r["deleted"]:
+        if r["__row_kind"] == "effect":
+            counts[(int(r["ordinal"]), r["__effect"])] = int(r["n"])
+        elif r["__deleted"]:
             deletes += int(r["n"])
     history = None
     if any(effect in ("inserted", "updated", "deleted") for _, effect in counts):
-        state = folded.where("row_kind = 'state'")
+        state = folded.where("__row_kind = 'state'")
         _merge(state, props, paths, commit, keys=None)
         if deletes:
-            _append_tombstones(state.where("deleted"), paths, commit, mark)
-        history = _history_rows(folded.where("row_kind = 'history'"), props)
+            _append_tombstones(state.where("__deleted"), paths, commit, mark)
+        history = _history_rows(folded.where("__row_kind = 'history'"), props)
     return TableResult(counts, latest_version(spark, paths.current), history)
 
 
 # -- writes -------------------------------------------------------------------------------------
 def _with_hash(df: DataFrame, props: list[str]) -> DataFrame:
-    mark = ["mark"] if "mark" in df.columns else []
+    mark = ["__mark"] if "__mark" in df.columns else []
     return df.select(
         "id",
         "version",
@@ -407,9 +409,9 @@ def _with_hash(df: DataFrame, props: list[str]) -> DataFrame:
         "updated",
         F.sha2(F.to_json(F.col("data")), 256).alias("hash"),
         *[F.col(f"data.{p}").alias(p) for p in props],
-        "deleted",
-        "op",
-        "tx",
+        "__deleted",
+        "__op",
+        "__tx",
         *mark,
     )
 
@@ -439,10 +441,10 @@ def _merge(
                 DeltaTable.forPath(spark, paths.current)
                 .alias("t")
                 .merge(source.alias("s"), condition)
-                .whenMatchedDelete(condition="s.deleted")
+                .whenMatchedDelete(condition="s.__deleted")
                 .whenMatchedUpdate(set=assignments)
                 .whenNotMatchedInsert(
-                    condition="NOT s.deleted", values={"id": F.col("s.id"), **assignments}
+                    condition="NOT s.__deleted", values={"id": F.col("s.id"), **assignments}
                 )
                 .execute()
             )
@@ -458,7 +460,7 @@ def _append_tombstones(
         "id",
         "version",
         F.col("updated").alias("deleted"),
-        *([F.col("mark").alias("watermark")] if mark else []),
+        *([F.col("__mark").alias("watermark")] if mark else []),
     )
     append(rows, paths.tombstones, commit)
 
@@ -471,7 +473,7 @@ def _history_rows(folded: DataFrame, props: list[str]) -> DataFrame:
         "updated",
         "hash",
         *props,
-        F.col("deleted").alias("__deleted"),
-        F.col("op").alias("__op"),
-        F.col("tx").alias("__transaction_id"),
+        F.col("__deleted").alias("__deleted"),
+        F.col("__op").alias("__op"),
+        F.col("__tx").alias("__transaction_id"),
     )

@@ -27,7 +27,7 @@ DEFAULT_JARS_DIR = PROJECT_ROOT / "jars" / "spark"
 _BASE_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-    # Small local batches: adaptive execution coalesces, few shuffle partitions, fewer files.
+    # On a cluster adaptive execution coalesces shuffle partitions (local mode turns it off).
     "spark.sql.adaptive.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
@@ -45,6 +45,10 @@ _LOCAL_CONF = {
     "spark.databricks.delta.snapshotPartitions": "2",
     # VACUUM lists files with this many tasks (default 10000): seconds per table on 2 cores.
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
+    # A micro-batch's plans are small and a few local cores leave nothing to coalesce, while
+    # adaptive execution runs every shuffle stage as a Spark job of its own: the batch's check
+    # job alone was 9 jobs. On a cluster (no local master) it stays on.
+    "spark.sql.adaptive.enabled": "false",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
 }
