@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -40,7 +41,13 @@ class Profiler:
     batch_lines: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     """Attributes ``wrap`` was asked for that the code measured does not have."""
-    _stack: list[str] = field(default_factory=list)
+    _stacks: dict[int, list[str]] = field(default_factory=dict)
+    """The open regions per thread. A thread's first region nests under the regions open in
+    the first thread that entered one (the foreachBatch thread) at that moment: work the sink
+    hands to threads is shown under the step that started it, its seconds summed over threads
+    (and Spark jobs counted by job ids overlap between regions running at the same time)."""
+    _bases: dict[int, int] = field(default_factory=dict)
+    _owner: int | None = None
     _patched: list[tuple[Any, str, Any]] = field(default_factory=list)
 
     def last_job(self) -> int:
@@ -51,8 +58,9 @@ class Profiler:
 
     @contextmanager
     def region(self, name: str, *, jobs: bool = True) -> Iterator[None]:
-        self._stack.append(name)
-        path = tuple(self._stack)
+        stack = self._stack()
+        stack.append(name)
+        path = tuple(stack)
         entry = self.regions.setdefault(path, Region())  # parents are listed before children
         count = jobs and self.count_jobs
         first = self.last_job() if count else 0
@@ -65,7 +73,22 @@ class Profiler:
             entry.calls += 1
             if count:
                 entry.jobs += self.last_job() - first
-            self._stack.pop()
+            stack.pop()
+
+    def _stack(self) -> list[str]:
+        """This thread's open regions; another thread's starts, whenever it has none open of
+        its own, from what the owner thread has open."""
+        me = threading.get_ident()
+        if self._owner is None:
+            self._owner = me
+        if me == self._owner:
+            return self._stacks.setdefault(me, [])
+        stack = self._stacks.get(me)
+        if stack is None or len(stack) == self._bases.get(me, 0):
+            stack = list(self._stacks.get(self._owner, []))
+            self._stacks[me] = stack
+            self._bases[me] = len(stack)
+        return stack
 
     def wrap(
         self, owner: Any, attr: str, name: str, *, jobs: bool = True, entered: bool = False
