@@ -32,8 +32,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
-from delta.tables import DeltaTable
-from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
     ArrayType,
@@ -60,6 +58,7 @@ from streaming.tables import (
     current_schema,
     ensure_table,
     history_schema,
+    table_state,
     tombstones_schema,
 )
 
@@ -454,13 +453,8 @@ def refusal(plans: Sequence[SchemaPlan]) -> IncompatibleSchemaChange | None:
 # -- Spark ------------------------------------------------------------------------------------
 def find_table(spark: SparkSession, path: str) -> Found | None:
     """The schema and properties of the Delta table at ``path``; None if there is none."""
-    try:
-        table = DeltaTable.forPath(spark, path)
-    except AnalysisException:
-        return None
-    detail = table.detail().select("properties").first()
-    properties = dict(detail["properties"] or {}) if detail is not None else {}
-    return Found(table.toDF().schema, properties)
+    state = table_state(spark, path)
+    return Found(*state) if state is not None else None
 
 
 @contextmanager

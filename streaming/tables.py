@@ -258,6 +258,22 @@ def known_version(spark: SparkSession, path: str) -> int:
     return int(_delta_log(spark, path).unsafeVolatileSnapshot().version())
 
 
+def table_state(spark: SparkSession, path: str) -> tuple[StructType, dict[str, str]] | None:
+    """The schema and table properties of the Delta table at ``path`` from its log on the
+    driver (``DeltaTable.detail`` would run a Spark job per table); None if there is none."""
+    jvm = spark._jvm
+    assert jvm is not None
+    empty = jvm.scala.Option.empty()
+    snapshot = _delta_log(spark, path).update(False, empty, empty)
+    if int(snapshot.version()) < 0:
+        return None
+    schema = StructType.fromJson(json.loads(str(snapshot.schema().json())))
+    configuration = jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+        snapshot.metadata().configuration()
+    )
+    return schema, {str(k): str(v) for k, v in configuration.items()}
+
+
 def recent_commits(spark: SparkSession, path: str, count: int) -> list[tuple[int, str | None]]:
     """(version, userMetadata) of the table's latest ``count`` commits, newest first, read
     from the commit files on the driver (no Spark job). Stops early at a commit file that is
