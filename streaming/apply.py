@@ -119,7 +119,7 @@ class _Folder:
 
     def output_rows(self, key: str, folded: Folded) -> Iterator[dict[str, Any]]:
         for seq, effect in folded.effects:
-            yield {"__row_kind": "__effect", "id": key, "__seq": seq, "__effect": effect}
+            yield {"__row_kind": "effect", "id": key, "__seq": seq, "__effect": effect}
         if not folded.changed:
             return
         final = folded.final
@@ -253,7 +253,7 @@ def _apply_small(
         folded = fold(folder.stored(stored.get(key, _NOTHING)), [folder.change(r) for r in group])
         out.extend(folder.output_rows(key, folded))
     counts: Counter[tuple[int, Effect]] = Counter(
-        (int(r["__seq"]) >> SEQ_SHIFT, r["__effect"]) for r in out if r["__row_kind"] == "__effect"
+        (int(r["__seq"]) >> SEQ_SHIFT, r["__effect"]) for r in out if r["__row_kind"] == "effect"
     )
     state = [r for r in out if r["__row_kind"] == "state"]
     history = None
