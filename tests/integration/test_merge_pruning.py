@@ -74,3 +74,22 @@ def test_merge_rewrites_only_the_files_its_changes_touch(
     all_ids = set().union(*after.values())
     assert "r2-011" not in all_ids and "r1-007" in all_ids
     assert len(all_ids) == RANGES * PER_RANGE - 1
+
+
+@pytest.mark.parametrize("pushdown", [True, False])
+def test_the_stored_rows_of_a_batch_are_those_of_its_keys(
+    spark: SparkSession, tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch, pushdown: bool
+) -> None:
+    """The driver fold reads only its keys' stored rows: as a filter Delta skips files with (up
+    to ``KEY_PUSHDOWN_MAX`` keys), else as a broadcast semi-join; both read the same rows."""
+    from streaming import apply
+
+    path = str(tmp_path)
+    spark.createDataFrame([(f"k{i}", i) for i in range(40)], "id string, n int").repartition(
+        4
+    ).write.format("delta").save(path)
+    if not pushdown:
+        monkeypatch.setattr(apply, "KEY_PUSHDOWN_MAX", 0)
+    keys = ["k3", "k17", "k39", "absent"]
+    rows = apply._of_keys(spark, spark.read.format("delta").load(path), keys).collect()
+    assert sorted((r["id"], r["n"]) for r in rows) == [("k17", 17), ("k3", 3), ("k39", 39)]
