@@ -1,6 +1,7 @@
 # Everything a fresh machine needs (Python 3.11, Java 17, Maven) is set up by these targets.
 #   make demo   set up, then run the petstore demo (the main job, embedded default, once)
 #   make test   set up, then run the whole test suite (real Spark, Delta and Kafka)
+#   make test-s3  also fetch the s3a jars (jars/s3), then run the S3 warehouse tests only
 
 PYTHON  ?= python3.11
 VENV    := .venv
@@ -10,7 +11,7 @@ MVN     := mvn -B -q
 KAFKA_DIR ?= .kafka
 KAFKA_PORT ?= 9092
 
-.PHONY: setup jars demo test test-unit lint docs kafka-start kafka-stop clean
+.PHONY: setup jars jars-s3 demo test test-s3 test-unit lint docs kafka-start kafka-stop clean
 .PHONY: bench bench-quick
 
 setup: $(STAMP) jars
@@ -34,11 +35,24 @@ jars/kafka/.resolved: pom.xml
 	$(MVN) -P kafka dependency:copy-dependencies -DoutputDirectory=jars/kafka
 	@touch $@
 
+# The s3a file system (hadoop-aws + the AWS SDK v2 bundle, ~690 MB): only for `make test-s3`.
+jars-s3: jars/s3/.resolved
+
+jars/s3/.resolved: pom.xml
+	rm -rf jars/s3
+	$(MVN) -P s3 dependency:copy-dependencies -DoutputDirectory=jars/s3
+	@touch $@
+
 demo: setup
 	$(VENV)/bin/cdc demo
 
 test: setup
 	$(PY) -m pytest
+
+# The warehouse, checkpoints and landing folders on s3a against a local S3 server. `make test`
+# runs these tests too once jars/s3 is there, and deselects them (saying so) while it is not.
+test-s3: setup jars-s3
+	$(PY) -m pytest -m s3 tests/integration/test_s3_warehouse.py
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit
