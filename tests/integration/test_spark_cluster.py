@@ -1,0 +1,448 @@
+"""The job under spark-submit on a real Spark standalone cluster, as docs/deploy.md §1-5 say.
+
+A master and two workers (one core, 1 GiB each) are started from the Spark distribution pyspark
+installs (its package folder is a SPARK_HOME); the wheel is built from this checkout with
+deploy.md's command and installed into a fresh Python environment; spark-submit runs the
+installed ``streaming/submit.py`` in client mode against the master with the jars of
+``jars/spark`` and ``spark.master: null`` in the config. The job applies a landing-folder
+transaction (driver fold) and a DMS full load larger than ``DRIVER_FOLD_MAX_ROWS`` plus a DMS
+change file (the fold runs in Python workers on the executors, ``mapInArrow``); delta-rs reads
+the tables. Spark's event log and the master's JSON show the executors on the two workers did the
+work, Python included.
+
+One machine stands in for the cluster, so two things are simpler than on a real one: the Python
+environment and the warehouse are at the same local path for the driver and every executor (on a
+cluster: the same path on every node, and shared storage such as HDFS or s3a). The environment
+is a fresh venv holding the wheel (``pip install --no-deps``) whose dependencies come from the
+project's venv through a ``.pth`` line (that venv's own ``.pth`` files, the editable install of
+this checkout among them, are not processed): ``streaming`` is imported from the wheel only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import deltalake
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pyspark
+import pytest
+
+from streaming.apply import DRIVER_FOLD_MAX_ROWS
+from streaming.outcomes import Outcome, Status
+from tests.support import request, upsert
+
+ROOT = Path(__file__).resolve().parents[2]
+SPARK_HOME = Path(pyspark.__file__).resolve().parent
+JARS = sorted(str(p) for p in (ROOT / "jars" / "spark").glob("*.jar"))
+HOST = "127.0.0.1"
+APP_NAME = "cdc-cluster-test"
+WORKERS = 2
+
+DATASETS = {
+    "petstore": """\
+petstore.Dog:
+  properties:
+    name: {type: string}
+""",
+    "sales": """\
+sales.Order:
+  properties:
+    status: {type: string}
+    amount: {type: integer}
+    ts: {type: integer}
+  watermark: [ts]
+""",
+}
+CONFIG = """\
+warehouse: ./warehouse
+checkpoints: ./checkpoints
+datasets: {petstore: ./petstore.yaml, sales: ./sales.yaml}
+landing: {transactions: ./landing/transactions, dms: ./landing/dms}
+allowed_locations: [./data]
+spark:
+  master: null            # the master (and the jars) are spark-submit's
+  app_name: cdc-cluster-test
+  shuffle_partitions: 2   # two one-core executors
+  conf:
+    # Delta rebuilds a table's state in 50 tasks by default: minutes on two cores.
+    spark.databricks.delta.snapshotPartitions: "2"
+"""
+ORDER = pa.schema(
+    [("ID", pa.string()), ("STATUS", pa.string()), ("AMOUNT", pa.int64()), ("TS", pa.int64())]
+)
+LOADED = DRIVER_FOLD_MAX_ROWS + 100  # more changes than the driver folds: the executors fold
+LOAD_FILE = "LOAD00000001.parquet"
+CDC_FILE = "20240101-0001.parquet"
+
+
+# -- processes -----------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def spark_env(tmp: Path) -> dict[str, str]:
+    """The environment of every Spark process: this SPARK_HOME, an empty conf folder, the
+    loopback address; nothing of this process's Python or Spark settings."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYSPARK_", "SPARK_", "PYTHON", "CDC_")) and k != "VIRTUAL_ENV"
+    }
+    conf = tmp / "spark-conf"
+    conf.mkdir(exist_ok=True)
+    env.update(
+        SPARK_HOME=str(SPARK_HOME),
+        SPARK_CONF_DIR=str(conf),
+        SPARK_LOCAL_IP=HOST,
+        SPARK_DAEMON_MEMORY="256m",
+    )
+    return env
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Stop a process started in a session of its own, and everything it started (a worker's
+    executors, their Python workers): SIGTERM to the group, then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        # The group may outlive its leader (executors a worker started): SIGKILL what is left.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        return
+
+
+class Cluster:
+    """A Spark standalone master and its workers on 127.0.0.1, each in a session of its own."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.env = spark_env(tmp)
+        self.port = free_port()
+        self.webui = free_port()
+        self.url = f"spark://{HOST}:{self.port}"
+        self.processes: list[tuple[subprocess.Popen[bytes], Path]] = []
+        self.work_dirs = [tmp / f"worker{n}" for n in range(WORKERS)]
+
+    def _start(self, name: str, *args: str) -> None:
+        log = self.tmp / f"{name}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [str(SPARK_HOME / "bin" / "spark-class"), *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.tmp,
+                start_new_session=True,
+            )
+        self.processes.append((process, log))
+
+    def start(self) -> None:
+        self._start(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            *("--host", HOST, "--port", str(self.port), "--webui-port", str(self.webui)),
+        )
+        for n, work_dir in enumerate(self.work_dirs):
+            work_dir.mkdir()
+            self._start(
+                f"worker{n}",
+                "org.apache.spark.deploy.worker.Worker",
+                *("--host", HOST, "--cores", "1", "--memory", "1g"),
+                *("--work-dir", str(work_dir), "--webui-port", str(free_port())),
+                self.url,
+            )
+        self.wait(lambda state: len(alive(state)) == WORKERS, "both workers registered", 120)
+
+    def state(self) -> dict[str, Any]:
+        """The master's JSON (what its web UI shows); {} while it does not answer."""
+        try:
+            with urllib.request.urlopen(f"http://{HOST}:{self.webui}/json", timeout=5) as answer:
+                return dict(json.load(answer))
+        except OSError:
+            return {}
+
+    def wait(self, done: Any, what: str, seconds: float) -> dict[str, Any]:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for process, log in self.processes:
+                if process.poll() is not None:
+                    pytest.fail(f"{log.stem} exited ({process.returncode}):\n{tail(log)}")
+            state = self.state()
+            if state and done(state):
+                return state
+            time.sleep(1)
+        logs = "\n".join(f"--- {log.stem}\n{tail(log, 15)}" for _, log in self.processes)
+        pytest.fail(f"not within {seconds} s: {what}; master says {self.state()}\n{logs}")
+
+    def stop(self) -> None:
+        for process, _ in reversed(self.processes):  # the workers (and their executors) first
+            stop(process)
+
+
+def alive(state: dict[str, Any]) -> list[dict[str, Any]]:
+    return [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    running = Cluster(tmp_path_factory.mktemp("spark-cluster"))
+    try:
+        running.start()
+        yield running
+    finally:
+        running.stop()
+
+
+# -- the wheel and its Python environment (deploy.md §1, §2) ---------------------------------------
+def run(command: list[str], cwd: Path, timeout: float = 300) -> str:
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{command}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def build_wheel(tmp: Path) -> Path:
+    """deploy.md §1's command, run in a copy of this checkout's sources (a build writes
+    ``build/`` and ``*.egg-info`` next to them; the shared checkout is left alone)."""
+    source = tmp / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for package in ("streaming", "connectors"):
+        shutil.copytree(
+            ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", ".", "-w", "dist"], cwd=source)
+    (wheel,) = (source / "dist").glob("cdc_processor-*.whl")
+    return wheel
+
+
+def python_environment(tmp: Path, wheel: Path) -> Path:
+    """A venv with the wheel installed; its dependencies are the project venv's (see above)."""
+    env = tmp / "cdc-env"
+    run([sys.executable, "-m", "venv", "--without-pip", str(env)], cwd=tmp)
+    python = env / "bin" / "python"
+    site = Path(
+        run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], cwd=tmp
+        ).strip()
+    )
+    (site / "cdc-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", str(wheel)],
+        cwd=tmp,
+    )
+    return python
+
+
+# -- the job's inputs ------------------------------------------------------------------------------
+def job_folder(tmp: Path) -> Path:
+    job = tmp / "job"
+    job.mkdir()
+    (job / "cdc.yaml").write_text(CONFIG)
+    for name, text in DATASETS.items():
+        (job / f"{name}.yaml").write_text(text)
+    dogs = [{"id": "dog1", "name": "Scooby"}, {"id": "dog2", "name": "Lassie"}]
+    for folder, rows in (("ingest1", dogs), ("ingest2", [{"id": "dog1", "name": "Scooby Doo"}])):
+        data = job / "data" / folder / "petstore" / "Dog"
+        data.mkdir(parents=True)
+        (data / "part.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    landing = job / "landing" / "transactions"
+    landing.mkdir(parents=True)
+    (landing / "0001.jsonl").write_text(
+        request("tx-1", upsert("./data/ingest1"))
+        + "\n"
+        + request("tx-2", upsert("./data/ingest2"))
+        + "\n"
+    )
+    zone = job / "landing" / "dms" / "sales" / "sales" / "Order"
+    zone.mkdir(parents=True)
+    load = [(f"o{n:05d}", "new", n, 100) for n in range(LOADED)]
+    changes = [
+        ("o00001", "paid", 1, 200, "U"),
+        ("o00002", "new", 2, 200, "D"),
+        ("o99999", "new", 7, 150, "I"),
+    ]
+    pq.write_table(
+        pa.Table.from_pylist([dict(zip(ORDER.names, r, strict=True)) for r in load], ORDER),
+        zone / LOAD_FILE,
+    )
+    with_op = ORDER.append(pa.field("Op", pa.string()))
+    pq.write_table(
+        pa.Table.from_pylist([dict(zip(with_op.names, r, strict=True)) for r in changes], with_op),
+        zone / CDC_FILE,
+    )
+    for number, name in enumerate((LOAD_FILE, CDC_FILE), start=1):  # the load first
+        path = zone / name
+        stamp = 1_700_000_000 + 60 * number
+        os.utime(path, (stamp, stamp))
+    return job
+
+
+def spark_submit(
+    cluster: Cluster, python: Path, job: Path, events: Path, timeout: float = 420
+) -> subprocess.CompletedProcess[str]:
+    """deploy.md §5's command (client mode), plus an event log to look at afterwards."""
+    submit = run([str(python), "-c", "import streaming.submit as s; print(s.__file__)"], cwd=job)
+    command = [
+        str(SPARK_HOME / "bin" / "spark-submit"),
+        *("--master", cluster.url, "--deploy-mode", "client"),
+        *("--jars", ",".join(JARS)),
+        *("--conf", f"spark.pyspark.python={python}"),
+        *("--conf", f"spark.pyspark.driver.python={python}"),
+        *("--conf", "spark.eventLog.enabled=true", "--conf", "spark.eventLog.compress=false"),
+        *("--conf", "spark.eventLog.rolling.enabled=false"),  # one file
+        *("--conf", f"spark.eventLog.dir={events.as_uri()}"),
+        submit.strip(),
+        *("--config", "cdc.yaml", "--once"),
+    ]
+    out, err = job / "submit.out", job / "submit.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        process = subprocess.Popen(
+            command,
+            cwd=job,
+            env=cluster.env,
+            stdout=stdout,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop(process)
+            pytest.fail(f"spark-submit still running after {timeout} s:\n{tail(err)}")
+        finally:
+            stop(process)  # the driver's Python and anything else left in its group
+    return subprocess.CompletedProcess(
+        command, process.returncode, out.read_text(), err.read_text()
+    )
+
+
+# -- what it wrote ---------------------------------------------------------------------------------
+def rows(path: Path, *columns: str) -> list[tuple[Any, ...]]:
+    table = deltalake.DeltaTable(str(path)).to_pyarrow_table(columns=list(columns)).to_pylist()
+    return sorted(tuple(r[c] for c in columns) for r in table)
+
+
+def event_log(events: Path) -> tuple[str, list[dict[str, Any]]]:
+    """The application id and the events of the (one, finished) application's event log."""
+    (log,) = events.iterdir()
+    assert not log.name.endswith(".inprogress"), f"the driver did not stop cleanly: {log.name}"
+    return log.name, [json.loads(line) for line in log.read_text().splitlines() if line]
+
+
+def python_rows_by_executor(events: list[dict[str, Any]]) -> Counter[str]:
+    """Per executor, the bytes its tasks sent to Python workers (the SQL metric of mapInArrow)."""
+    sent: Counter[str] = Counter()
+    for event in events:
+        if event["Event"] != "SparkListenerTaskEnd":
+            continue
+        info = event["Task Info"]
+        for accumulable in info.get("Accumulables", []):
+            if accumulable.get("Name") == "data sent to Python workers":
+                sent[info["Executor ID"]] += int(accumulable.get("Update", 0))
+    return sent
+
+
+def test_the_job_on_a_standalone_cluster_under_spark_submit(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    assert JARS, "no jars in jars/spark: run `make jars`"
+    python = python_environment(tmp_path, build_wheel(tmp_path))
+    where = run([str(python), "-c", "import streaming; print(streaming.__file__)"], cwd=tmp_path)
+    assert where.startswith(str(tmp_path / "cdc-env")), where  # the wheel's, not the checkout's
+
+    job = job_folder(tmp_path)
+    events = tmp_path / "events"
+    events.mkdir()
+    done = spark_submit(cluster, python, job, events)
+    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stderr[-6000:]}"
+
+    warehouse = job / "warehouse"
+    # The landing transactions, folded on the driver: dog1 inserted then changed.
+    dogs = warehouse / "petstore" / "petstore" / "Dog"
+    assert rows(dogs, "id", "version", "name") == [("dog1", 2, "Scooby Doo"), ("dog2", 1, "Lassie")]
+    # The DMS files, folded by Python workers on the executors.
+    orders = rows(warehouse / "sales" / "sales" / "Order", "id", "version", "status", "ts")
+    assert len(orders) == LOADED  # one deleted, one inserted
+    by_id = {r[0]: r for r in orders}
+    assert by_id["o00000"] == ("o00000", 1, "new", 100)
+    assert by_id["o00001"] == ("o00001", 2, "paid", 200)
+    assert "o00002" not in by_id
+    assert by_id["o99999"] == ("o99999", 1, "new", 150)
+    history = rows(warehouse / "sales" / "_history" / "sales" / "Order", "id", "version", "__op")
+    assert Counter(op for _, _, op in history) == {"i": LOADED + 1, "u": 1, "d": 1}
+
+    found = {
+        r["transaction_id"]: Outcome.from_json(r["outcome"])
+        for r in deltalake.DeltaTable(str(warehouse / "_system" / "outcomes"))
+        .to_pyarrow_table(columns=["transaction_id", "outcome"])
+        .to_pylist()
+    }
+    load, cdc = f"dms:sales/sales/Order/{LOAD_FILE}", f"dms:sales/sales/Order/{CDC_FILE}"
+    assert sorted(found) == sorted(["tx-1", "tx-2", load, cdc])
+    assert {o.status for o in found.values()} == {Status.COMMITTED}
+    counts = {t: [(a.inserted, a.updated, a.deleted) for a in o.actions] for t, o in found.items()}
+    assert counts == {
+        "tx-1": [(2, 0, 0)],
+        "tx-2": [(0, 1, 0)],
+        load: [(LOADED, 0, 0)],
+        cdc: [(1, 1, 1)],
+    }
+
+    # The application ran on the cluster: two executors, one per worker, both running tasks,
+    # and the fold's Python ran on the executors (the driver runs no task on a cluster).
+    app_id, log = event_log(events)
+    executors = {
+        e["Executor ID"]: e["Executor Info"]["Host"]
+        for e in log
+        if e["Event"] == "SparkListenerExecutorAdded"
+    }
+    assert len(executors) == WORKERS, executors
+    tasks = Counter(
+        e["Task Info"]["Executor ID"] for e in log if e["Event"] == "SparkListenerTaskEnd"
+    )
+    assert set(tasks) == set(executors), (tasks, executors)
+    assert sum(python_rows_by_executor(log).values()) > 0, "no task sent rows to Python"
+    assert set(python_rows_by_executor(log)) <= set(executors)
+    for work_dir in cluster.work_dirs:  # each worker launched an executor of this application
+        assert (work_dir / app_id).is_dir(), sorted(p.name for p in work_dir.iterdir())
+
+    state = cluster.wait(
+        lambda s: any(a["id"] == app_id for a in s.get("completedapps", [])),
+        "the application listed as completed",
+        60,
+    )
+    (app,) = [a for a in state["completedapps"] if a["id"] == app_id]
+    assert (app["name"], app["state"]) == (APP_NAME, "FINISHED")
+    assert len(alive(state)) == WORKERS
