@@ -9,6 +9,12 @@ tests is the same Kafka that runs in production.
 
 Everything lives in the work folder: ``server.properties``, ``log4j2.yaml``, ``data/`` (the log
 dir, formatted once), ``broker.log`` (log4j), ``broker.out`` (JVM stdout/stderr), ``broker.pid``.
+
+With ``scram_users`` the broker also opens a SASL listener (``SASL_PLAINTEXT``, mechanisms
+SCRAM-SHA-256 and SCRAM-SHA-512) on ``sasl_bootstrap``; the users' SCRAM credentials are written
+into the metadata log when the storage is formatted (``kafka-storage format --add-scram``), the
+way a KRaft cluster is given its first credentials. The ``PLAINTEXT`` listener (``bootstrap``)
+stays, as the inter-broker listener and for the tests' own admin calls.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import base64
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -25,7 +32,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -39,6 +46,9 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_JARS_DIR = PROJECT_ROOT / "jars" / "kafka"
 HOST = "127.0.0.1"
 MAIN_CLASS = "kafka.Kafka"
+SASL_LISTENER = "SASL_PLAINTEXT"
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+_SCRAM_PASSWORD = re.compile(r"(password=)[^,\]]*")
 
 LOG4J2 = """\
 Configuration:
@@ -103,17 +113,31 @@ class LocalKafkaBroker:
         controller_port: int | None = None,
         jars_dir: Path | None = None,
         host: str = HOST,
+        scram_users: Mapping[str, str] | None = None,
+        sasl_port: int | None = None,
     ) -> None:
+        """``scram_users`` (name → password) opens the SASL listener on ``sasl_port`` (default:
+        a free port) with those users, for SCRAM-SHA-256 and SCRAM-SHA-512."""
         self.workdir = Path(workdir).resolve()
         self.host = host
         self.port = port or free_port(host)
         self.controller_port = controller_port or free_port(host)
         self.jars_dir = Path(jars_dir or DEFAULT_JARS_DIR).resolve()
+        self.scram_users = dict(scram_users or {})
+        self.sasl_port = (sasl_port or free_port(host)) if self.scram_users else None
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
+        """The PLAINTEXT listener (no authentication)."""
         return f"{self.host}:{self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """The SASL_PLAINTEXT listener (SCRAM); only with ``scram_users``."""
+        if self.sasl_port is None:
+            raise BrokerError("this broker has no SASL listener (no scram_users)")
+        return f"{self.host}:{self.sasl_port}"
 
     @property
     def config_file(self) -> Path:
@@ -153,11 +177,18 @@ class LocalKafkaBroker:
         if (self.data_dir / "meta.properties").exists():
             log.info("Kafka storage in %s already formatted", self.data_dir)
         else:
+            scram = [
+                arg
+                for name, password in self.scram_users.items()
+                for mechanism in SCRAM_MECHANISMS
+                for arg in ("--add-scram", f"{mechanism}=[name={name},password={password}]")
+            ]
             self._run_tool(
                 "kafka.tools.StorageTool",
                 "format",
                 f"--cluster-id={_cluster_id()}",
                 f"--config={self.config_file}",
+                *scram,
             )
         started = time.monotonic()
         with open(self.out_file, "ab") as out:
@@ -234,23 +265,28 @@ class LocalKafkaBroker:
         running = self.pid
         if running is not None:
             raise BrokerError(f"a Kafka broker already runs in {self.workdir} (pid {running})")
-        for port in (self.port, self.controller_port):
-            if _port_open(self.host, port):
+        for port in (self.port, self.controller_port, self.sasl_port):
+            if port is not None and _port_open(self.host, port):
                 raise BrokerError(f"port {self.host}:{port} is already in use")
 
     def _write_config(self) -> None:
         host, port, controller = self.host, self.port, self.controller_port
+        listeners = [f"PLAINTEXT://{host}:{port}"]
+        protocols = ["PLAINTEXT:PLAINTEXT"]
+        if self.sasl_port is not None:
+            listeners.append(f"{SASL_LISTENER}://{host}:{self.sasl_port}")
+            protocols.append(f"{SASL_LISTENER}:{SASL_LISTENER}")
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
             # A static quorum: formatting needs no --standalone/--initial-controllers and the
             # controller port may change between restarts of the same data dir.
             "controller.quorum.voters": f"1@{host}:{controller}",
-            "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller}",
-            "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+            "listeners": ",".join([*listeners, f"CONTROLLER://{host}:{controller}"]),
+            "advertised.listeners": ",".join(listeners),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": ",".join([*protocols, "CONTROLLER:PLAINTEXT"]),
             "log.dirs": str(self.data_dir),
             "num.partitions": "1",
             "auto.create.topics.enable": "true",
@@ -262,6 +298,15 @@ class LocalKafkaBroker:
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
         }
+        if self.sasl_port is not None:
+            # The broker side of SCRAM needs the login module for the listener, without
+            # credentials: the users' are in the metadata log (added when formatting).
+            prefix = f"listener.name.{SASL_LISTENER.lower()}"
+            props[f"{prefix}.sasl.enabled.mechanisms"] = ",".join(SCRAM_MECHANISMS)
+            for mechanism in SCRAM_MECHANISMS:
+                props[f"{prefix}.{mechanism.lower()}.sasl.jaas.config"] = (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                )
         self.config_file.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (self.workdir / "log4j2.yaml").write_text(LOG4J2.format(log=self.log_file))
 
@@ -282,11 +327,12 @@ class LocalKafkaBroker:
 
     def _run_tool(self, main: str, *args: str) -> None:
         command = self._java_command(main, *args)
-        log.info("running %s", " ".join(command))
+        log.info("running %s", _SCRAM_PASSWORD.sub(r"\1**********", " ".join(command)))
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
+            said = _SCRAM_PASSWORD.sub(r"\1**********", " ".join(args))
             raise BrokerError(
-                f"{main} {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+                f"{main} {said} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
             )
 
     def _wait_ready(self, timeout: float) -> None:

@@ -35,6 +35,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from connectors.kafka_check import kafka_source_options
 from streaming.config import KafkaConfig, LandingConfig
 from streaming.core.batch import RawRequest, SourcePosition, split_landing_file
 
@@ -53,7 +54,7 @@ def kafka_requests(spark: SparkSession, cfg: KafkaConfig) -> DataFrame:
     """The transactions topic, read from the configured starting offsets."""
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", cfg.bootstrap)
+        .options(**kafka_source_options(cfg))  # bootstrap + the Java client's settings
         .option("subscribe", cfg.transactions_topic)
         .option("startingOffsets", cfg.starting_offsets)
         .option("failOnDataLoss", "true")
@@ -63,8 +64,6 @@ def kafka_requests(spark: SparkSession, cfg: KafkaConfig) -> DataFrame:
     )
     if cfg.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", cfg.max_offsets_per_trigger)
-    for key, value in cfg.spark_client_options().items():
-        reader = reader.option(f"kafka.{key}", value)
     return reader.load().select(
         F.lit("kafka").alias("kind"),
         F.col("topic").alias("name"),

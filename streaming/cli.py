@@ -50,6 +50,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_publish(args: argparse.Namespace) -> int:
     from connectors.avro import codec_for
+    from connectors.kafka_check import check_client
     from connectors.kafka_io import produce
 
     cfg = _config(args)
@@ -61,6 +62,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         for number, line in enumerate(Path(file).read_bytes().splitlines(), start=1):
             if line.strip():
                 records.append(_request_record(line, f"{file}:{number}", codec))
+    check_client(cfg.kafka)  # refused credentials: nothing is sent
     count = produce(cfg.kafka, cfg.kafka.transactions_topic, records)
     print(f"published {count} request(s) to {cfg.kafka.transactions_topic} ({cfg.kafka.format})")
     return 0
@@ -110,8 +112,10 @@ def cmd_results(args: argparse.Namespace) -> int:
     cfg = _config(args)
     source: Iterable[Outcome]
     if cfg.kafka is not None:
+        from connectors.kafka_check import check_client
         from connectors.kafka_io import read_outcomes
 
+        check_client(cfg.kafka)
         source = read_outcomes(cfg.kafka, follow=args.follow)
     else:
         source = _outcomes_from_delta(cfg, args.verbose)

@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from connectors.avro import AvroRequestDecoder, codec_for
+from connectors.kafka_check import check_kafka
 from connectors.kafka_io import outcome_publisher
 from connectors.sources import RAW_COLUMNS, dms_files, kafka_requests, landing_requests
 from streaming.catalog import Dataset, load_dataset
@@ -90,6 +91,8 @@ class Job:
         # Before anything else connects: a definition its tables cannot follow stops here.
         prepare_tables(spark, datasets, layout)
         kafka = cfg.kafka
+        if kafka is not None:  # credentials the broker refuses stop the job here
+            check_kafka(spark, kafka)
         codec = codec_for(kafka)  # Avro schemas are read (or fetched) at startup
         sink = Sink(
             spark=spark,

@@ -1,0 +1,196 @@
+"""Startup check of the two Kafka clients' settings (docs/deploy.md, "Kafka security").
+
+The job reads requests with Spark's Kafka source (the Java client: ``kafka.options`` +
+``kafka.spark_options``) and writes outcome events with confluent-kafka (librdkafka:
+``kafka.options`` + ``kafka.client_options``). Each is given its own credentials, so each is
+checked before the query starts: a client whose credentials the broker refuses (SASL), or whose
+TLS handshake fails, stops the job with ``KAFKA_AUTH_FAILED`` — naming the client, its settings
+(secrets as ``**********``) and the broker's answer — before anything is consumed. ``cdc publish``
+and ``cdc results`` check confluent-kafka's the same way before they send or read anything.
+
+A broker that does not answer within the check's time is not an error here: the job starts as it
+always did and its Kafka source keeps retrying (a warning says so).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import TYPE_CHECKING
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from streaming.config import KafkaConfig
+from streaming.errors import CdcError, ConfigError
+from streaming.redact import option_secrets, redact_options, scrub
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+CHECK_TIMEOUT = 15.0
+"""Seconds a client is given to reach the broker before the check gives up (with a warning)."""
+
+SPARK_CLIENT = "Spark's Kafka source (the Java client, which reads the requests)"
+CONFLUENT_CLIENT = (
+    "confluent-kafka (librdkafka: the job's outcome producer, `cdc publish`, `cdc results`)"
+)
+
+_LIBRDKAFKA_REFUSALS = frozenset(
+    {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL}
+)
+_JAVA_REFUSAL = re.compile(
+    r"(?:[\w.]+\.)?(\w*(?:Authentication|Authorization)Exception|UnsupportedSaslMechanismException"
+    r"|IllegalSaslStateException)(?::[ \t]*([^\n]*))?"
+)
+
+_JAVA_EXCEPTION = re.compile(r"\w(?:Exception|Error)\b")
+
+
+class KafkaAuthError(CdcError):
+    """The broker refused a Kafka client's credentials (or its TLS handshake failed)."""
+
+    code = "KAFKA_AUTH_FAILED"
+
+
+def kafka_secrets(cfg: KafkaConfig) -> list[str]:
+    """Every secret of the Kafka settings (the three option maps and the schema registry's)."""
+    found = [
+        *option_secrets(cfg.options),
+        *option_secrets(cfg.spark_options),
+        *option_secrets(cfg.client_options),
+    ]
+    if cfg.avro is not None and cfg.avro.registry is not None:
+        found += cfg.avro.registry.secrets()
+    return found
+
+
+def describe_settings(cfg: KafkaConfig, *, spark: bool) -> str:
+    """The settings one client is given, secrets blanked: ``kafka.options {…}; kafka.…``."""
+    own = (
+        ("kafka.spark_options", cfg.spark_options)
+        if spark
+        else ("kafka.client_options", cfg.client_options)
+    )
+    maps = [("kafka.options", cfg.options), own]
+    said = [
+        f"{name} {{{', '.join(f'{k}: {v}' for k, v in redact_options(options).items())}}}"
+        for name, options in maps
+        if options
+    ]
+    return "; ".join(said) or f"none (kafka.options and {own[0]} are empty: PLAINTEXT)"
+
+
+def _refused(cfg: KafkaConfig, *, spark: bool, answer: str) -> KafkaAuthError:
+    client = SPARK_CLIENT if spark else CONFLUENT_CLIENT
+    return KafkaAuthError(
+        f"the Kafka broker ({cfg.bootstrap}) refused {client}: "
+        f"{scrub(answer, kafka_secrets(cfg))}\n"
+        f"  its settings: {describe_settings(cfg, spark=spark)}\n"
+        "  check the credentials (sasl.* / ssl.*) there; secrets can come from the environment "
+        "(CDC_KAFKA__SPARK_OPTIONS, CDC_KAFKA__CLIENT_OPTIONS)"
+    )
+
+
+def check_client(cfg: KafkaConfig, timeout: float = CHECK_TIMEOUT) -> None:
+    """confluent-kafka connects (and authenticates) with ``kafka.options`` +
+    ``kafka.client_options``, or ``KafkaAuthError``; settings librdkafka refuses are a
+    ``ConfigError`` naming the maps."""
+    errors: list[KafkaError] = []
+    try:
+        producer = Producer(cfg.client_options_for(error_cb=errors.append))
+    except (KafkaException, ValueError, TypeError) as e:
+        raise ConfigError(
+            "kafka.options / kafka.client_options: confluent-kafka refuses them: "
+            f"{scrub(str(e), kafka_secrets(cfg))}"
+        ) from None
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            producer.list_topics(timeout=1.0)
+            return
+        except KafkaException as e:
+            errors.append(e.args[0])
+        producer.poll(0)  # serves error_cb
+        refusal = next((e for e in errors if e.code() in _LIBRDKAFKA_REFUSALS), None)
+        if refusal is not None:
+            raise _refused(cfg, spark=False, answer=refusal.str())
+        if time.monotonic() >= deadline:
+            log.warning(
+                "confluent-kafka could not reach the Kafka broker (%s) within %.0fs: %s",
+                cfg.bootstrap,
+                timeout,
+                scrub(errors[-1].str() if errors else "no answer", kafka_secrets(cfg)),
+            )
+            return
+
+
+def kafka_source_options(cfg: KafkaConfig) -> dict[str, str]:
+    """The ``kafka.*`` options Spark's Kafka source is given (the Java client's settings)."""
+    return {
+        "kafka.bootstrap.servers": cfg.bootstrap,
+        **{f"kafka.{key}": value for key, value in cfg.spark_client_options().items()},
+    }
+
+
+def _java_text(error: BaseException) -> str:
+    """The text of a Java exception raised through py4j or PySpark, its causes included."""
+    parts = [str(error)]
+    java = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    for _ in range(10):
+        if java is None:
+            break
+        try:
+            parts.append(str(java.toString()))
+            java = java.getCause()
+        except Exception:  # a py4j object that cannot be asked: the text so far is enough
+            break
+    return "\n".join(parts)
+
+
+def check_spark_source(
+    spark: SparkSession, cfg: KafkaConfig, timeout: float = CHECK_TIMEOUT
+) -> None:
+    """Spark's Kafka source, with the job's options, fetches the offsets of the transactions
+    topic on the driver (planning a batch read, no Spark job, no record read), or
+    ``KafkaAuthError``."""
+    options = kafka_source_options(cfg)
+    given = cfg.spark_client_options()
+    if "default.api.timeout.ms" not in given and "request.timeout.ms" not in given:
+        # A broker that does not answer: the check's time, not the admin client's 60 s. The
+        # request timeout may not be longer than the API timeout (the client refuses).
+        ms = str(int(timeout * 1000))
+        options.update({"kafka.default.api.timeout.ms": ms, "kafka.request.timeout.ms": ms})
+    reader = (
+        spark.read.format("kafka")
+        .options(**options)
+        .option("subscribe", cfg.transactions_topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .option("fetchOffset.numRetries", "1")
+    )
+    try:
+        reader.load().rdd.getNumPartitions()
+    except Exception as e:  # py4j and PySpark wrap the Java client's exception
+        text = scrub(_java_text(e), kafka_secrets(cfg))
+        refusal = _JAVA_REFUSAL.search(text)
+        if refusal is not None:
+            answer = f"{refusal.group(1)}: {refusal.group(2) or ''}".strip().rstrip(":")
+            raise _refused(cfg, spark=True, answer=answer) from None
+        lines = [line.strip(": \t") for line in text.splitlines()]
+        first = next((line for line in lines if _JAVA_EXCEPTION.search(line)), lines[0])
+        log.warning(
+            "Spark's Kafka source could not read the offsets of %s at %s (%s); the query will "
+            "keep trying",
+            cfg.transactions_topic,
+            cfg.bootstrap,
+            first[:500],
+        )
+
+
+def check_kafka(spark: SparkSession, cfg: KafkaConfig, timeout: float = CHECK_TIMEOUT) -> None:
+    """Both clients of the job, confluent-kafka first (the quicker to answer)."""
+    check_client(cfg, timeout)
+    check_spark_source(spark, cfg, timeout)

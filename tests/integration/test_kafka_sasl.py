@@ -1,0 +1,232 @@
+"""Kafka with authentication: a real broker with a SASL_PLAINTEXT listener and SCRAM users
+(``LocalKafkaBroker(scram_users=...)``), configured the way docs/deploy.md §7 tells users —
+``security.protocol`` and ``sasl.mechanism`` in ``kafka.options``, ``sasl.username`` in
+``kafka.client_options``, and the secrets from the environment (``CDC_KAFKA__CLIENT_OPTIONS``
+with ``sasl.password`` for confluent-kafka, ``CDC_KAFKA__SPARK_OPTIONS`` with
+``sasl.jaas.config`` for Spark's Java client).
+
+With the right credentials ``cdc publish``, ``cdc run --once`` (the Kafka source reads the
+request, the outcome producer writes the event) and ``cdc results`` work. With a wrong password
+for either client each of them stops before anything is sent or consumed, with
+``KAFKA_AUTH_FAILED`` naming the client's settings; the same input is applied once the password
+is right. The passwords appear in no output, log line or outcome event.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import deltalake
+import pytest
+import yaml
+from confluent_kafka import Consumer, TopicPartition
+
+from connectors.kafka_broker import LocalKafkaBroker
+from streaming.cli import main
+from streaming.layout import Layout
+from streaming.outcomes import Outcome, Status
+from tests.support import request, upsert
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+ROOT = Path(__file__).resolve().parents[2]
+CDC = [sys.executable, "-m", "streaming.cli"]
+USER = "cdc-alice"
+PASSWORD = f"sasl-right-{uuid.uuid4().hex[:12]}"
+WRONG = f"sasl-wrong-{uuid.uuid4().hex[:12]}"
+MECHANISM = "SCRAM-SHA-512"  # the broker has the user for SCRAM-SHA-256 and -512
+TRANSACTIONS, OUTCOMES = "sasl.transactions", "sasl.outcomes"
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaBroker]:
+    broker = LocalKafkaBroker(tmp_path_factory.mktemp("kafka-sasl"), scram_users={USER: PASSWORD})
+    broker.start()
+    try:
+        broker.create_topics([TRANSACTIONS, OUTCOMES])  # over PLAINTEXT: the test's own access
+        yield broker
+    finally:
+        broker.stop()
+
+
+def secrets_env(*, spark: str, client: str) -> dict[str, str]:
+    """The two secrets as docs/deploy.md §7 exports them (YAML merged into the file's maps)."""
+    jaas = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username=\\"{USER}\\" password=\\"{spark}\\";'
+    )
+    return {
+        "CDC_KAFKA__CLIENT_OPTIONS": f'{{sasl.password: "{client}"}}',
+        "CDC_KAFKA__SPARK_OPTIONS": f'{{sasl.jaas.config: "{jaas}"}}',
+    }
+
+
+def plain_consumer(broker: LocalKafkaBroker) -> Consumer:
+    """A consumer on the PLAINTEXT listener: the test looks at the topics behind the job's back."""
+    return Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "sasl-test",
+            "enable.auto.commit": False,
+        }
+    )
+
+
+def end_offset(broker: LocalKafkaBroker, topic: str) -> int:
+    consumer = plain_consumer(broker)
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+    finally:
+        consumer.close()
+
+
+def raw_values(broker: LocalKafkaBroker, topic: str) -> list[bytes]:
+    count = end_offset(broker, topic)
+    consumer = plain_consumer(broker)
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None and msg.value() is not None:
+                got.append(msg.value())  # type: ignore[arg-type]
+    finally:
+        consumer.close()
+    assert len(got) == count
+    return got
+
+
+def test_sasl_scram_publish_run_results_refused_with_wrong_credentials_and_no_secret_shown(
+    spark: object,  # the session's SparkSession: `cdc run` in this process gets it
+    sasl_broker: LocalKafkaBroker,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    for key in [k for k in os.environ if k.startswith("CDC_")]:
+        monkeypatch.delenv(key)
+    (tmp_path / "petstore.yaml").write_text("petstore.Dog:\n  properties: {name: {type: string}}\n")
+    data = tmp_path / "data" / "a" / "petstore" / "Dog" / "part.json"
+    data.parent.mkdir(parents=True)
+    data.write_text('{"id": "dog1", "name": "Rex"}\n{"id": "dog2", "name": "Fido"}\n')
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(request("tx-sasl-1", upsert("./data/a")) + "\n")
+    config = tmp_path / "cdc.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "warehouse": "./warehouse",
+                "checkpoints": "./checkpoints",
+                "datasets": {"petstore": "petstore.yaml"},
+                "landing": {},
+                "allowed_locations": ["./data"],
+                "base_dir": str(tmp_path),
+                "spark": {"shuffle_partitions": 2},
+                "kafka": {
+                    "bootstrap": sasl_broker.sasl_bootstrap,
+                    "transactions_topic": TRANSACTIONS,
+                    "outcomes_topic": OUTCOMES,
+                    "options": {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": MECHANISM},
+                    "client_options": {"sasl.username": USER},
+                },
+            }
+        )
+    )
+    layout = Layout(str(tmp_path / "warehouse"), str(tmp_path / "checkpoints"), "cdc")
+    shown: list[str] = []  # everything printed or logged, searched for the passwords at the end
+
+    def cli(*args: str, spark_pw: str = PASSWORD, client_pw: str = PASSWORD) -> tuple[int, str]:
+        """`cdc` as a user runs it, in a process of its own; (exit code, stdout + stderr)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CDC_")}
+        env.update(secrets_env(spark=spark_pw, client=client_pw))
+        done = subprocess.run(
+            [*CDC, *args, "--config", str(config)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=120,
+        )
+        shown.append(done.stdout + done.stderr)
+        return done.returncode, done.stdout + done.stderr
+
+    def run_once(*, spark_pw: str, client_pw: str) -> tuple[int, str]:
+        """`cdc run --once` in this process (it shares the session's SparkSession)."""
+        for key, value in secrets_env(spark=spark_pw, client=client_pw).items():
+            monkeypatch.setenv(key, value)
+        capfd.readouterr()
+        code = main(["run", "--once", "--config", str(config)])
+        out = capfd.readouterr()
+        shown.append(out.out + out.err)
+        return code, out.err
+
+    # 1. cdc publish: a wrong password sends nothing; the right one sends the request.
+    code, said = cli("publish", str(requests), client_pw=WRONG)
+    assert code == 2, said
+    assert "cdc: error [KAFKA_AUTH_FAILED]" in said
+    assert "refused confluent-kafka" in said and "Authentication failed" in said
+    assert f"kafka.client_options {{sasl.username: {USER}, sasl.password: **********}}" in said
+    assert end_offset(sasl_broker, TRANSACTIONS) == 0
+    code, said = cli("publish", str(requests))
+    assert code == 0, said
+    assert f"published 1 request(s) to {TRANSACTIONS}" in said
+    assert end_offset(sasl_broker, TRANSACTIONS) == 1
+
+    # 2. cdc run: a wrong password for either client stops the job before it consumes anything.
+    started = time.monotonic()
+    code, said = run_once(spark_pw=WRONG, client_pw=PASSWORD)
+    assert code == 2, said
+    assert "cdc: error [KAFKA_AUTH_FAILED]" in said
+    assert "refused Spark's Kafka source" in said and "SaslAuthenticationException" in said
+    assert "kafka.spark_options {sasl.jaas.config: " in said
+    assert f'username="{USER}" password="**********";' in said
+    assert time.monotonic() - started < 60  # at startup, not after the source's 30 retries
+    code, said = run_once(spark_pw=PASSWORD, client_pw=WRONG)
+    assert code == 2, said
+    assert "cdc: error [KAFKA_AUTH_FAILED]" in said and "refused confluent-kafka" in said
+    assert "kafka.client_options {sasl.username: " in said
+    assert not Path(layout.checkpoint).exists()  # the query never started: no offset consumed
+    assert end_offset(sasl_broker, OUTCOMES) == 0
+    dogs = layout.table("petstore", "petstore.Dog")
+    assert deltalake.DeltaTable(dogs).to_pyarrow_table().num_rows == 0
+
+    # 3. The right credentials: the same request is applied, its outcome event published.
+    code, said = run_once(spark_pw=PASSWORD, client_pw=PASSWORD)
+    assert code == 0, said
+    rows = deltalake.DeltaTable(dogs).to_pyarrow_table(columns=["id", "name"]).to_pylist()
+    assert sorted((r["id"], r["name"]) for r in rows) == [("dog1", "Rex"), ("dog2", "Fido")]
+    events = raw_values(sasl_broker, OUTCOMES)
+    outcomes = [Outcome.from_json(v) for v in events]
+    assert [(o.transaction_id, o.status) for o in outcomes] == [("tx-sasl-1", Status.COMMITTED)]
+    assert outcomes[0].source == f"kafka:{TRANSACTIONS}[0]@0"
+
+    # 4. cdc results reads it back with the right password only.
+    code, said = cli("results", "--json")
+    assert code == 0, said
+    printed = [Outcome.from_json(line) for line in said.splitlines() if line.startswith("{")]
+    assert [(o.transaction_id, o.status) for o in printed] == [("tx-sasl-1", Status.COMMITTED)]
+    code, said = cli("results", "--json", client_pw=WRONG)
+    assert code == 2 and "cdc: error [KAFKA_AUTH_FAILED]" in said, said
+
+    # 5. No password anywhere: outputs, log records, outcome events (topic and Delta table).
+    stored = deltalake.DeltaTable(layout.outcomes).to_pyarrow_table(columns=["outcome"])
+    everything = [
+        *shown,
+        caplog.text,
+        *(v.decode("utf-8") for v in events),
+        *(str(v) for v in stored.column("outcome").to_pylist()),
+    ]
+    assert any("KAFKA_AUTH_FAILED" in text for text in everything)  # the capture works
+    for secret in (PASSWORD, WRONG):
+        leaks = [text for text in everything if secret in text]
+        assert not leaks, f"a secret in: {leaks[0][:2000]}"

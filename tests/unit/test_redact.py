@@ -1,0 +1,103 @@
+"""Secrets of the Kafka settings are blanked out of what the job shows (streaming/redact.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from connectors.kafka_check import describe_settings, kafka_secrets
+from streaming.config import parse_config
+from streaming.redact import MASK, is_secret_key, option_secrets, redact_options, scrub
+
+JAAS = (
+    "org.apache.kafka.common.security.scram.ScramLoginModule required "
+    'username="alice" password="p@ss \\"word\\"";'
+)
+
+
+def test_secret_keys_are_told_by_name() -> None:
+    for key in (
+        "sasl.password",
+        "ssl.key.password",
+        "ssl.keystore.password",
+        "ssl.truststore.password",
+        "sasl.oauthbearer.client.secret",
+        "basic.auth.user.info",
+        "ssl.key.pem",
+        "sasl.oauthbearer.config",
+    ):
+        assert is_secret_key(key), key
+    for key in (
+        "sasl.username",
+        "sasl.mechanism",
+        "security.protocol",
+        "ssl.ca.location",
+        "ssl.key.location",
+        "sasl.oauthbearer.token.endpoint.url",
+        "sasl.jaas.config",
+    ):
+        assert not is_secret_key(key), key
+
+
+def test_redact_options_keeps_the_jaas_username_and_blanks_its_password() -> None:
+    shown = redact_options(
+        {
+            "security.protocol": "SASL_SSL",
+            "sasl.password": "hunter2",
+            "sasl.jaas.config": JAAS,
+        }
+    )
+    assert shown == {
+        "security.protocol": "SASL_SSL",
+        "sasl.password": MASK,
+        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="alice" password="{MASK}";',
+    }
+    bare = redact_options({"sasl.jaas.config": "M required user_bob=x password=s3cret;"})
+    assert bare["sasl.jaas.config"] == f"M required user_bob=x password={MASK};"
+
+
+def test_option_secrets_and_scrub() -> None:
+    secrets = option_secrets({"sasl.password": "hunter2", "sasl.jaas.config": JAAS, "a": "b"})
+    assert secrets == ["hunter2", 'p@ss \\"word\\"', 'p@ss "word"']
+    text = 'failed: password="p@ss \\"word\\"" then p@ss "word" and hunter2, hunter22'
+    assert scrub(text, secrets) == f'failed: password="{MASK}" then {MASK} and {MASK}, {MASK}2'
+    assert scrub("nothing here", []) == "nothing here"
+    assert scrub("abc", [""]) == "abc"
+
+
+def test_describe_settings_names_each_clients_maps_without_secrets(tmp_path: Path) -> None:
+    cfg = parse_config(
+        {
+            "warehouse": "w",
+            "checkpoints": "c",
+            "kafka": {
+                "bootstrap": "b:9092",
+                "options": {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"},
+                "client_options": {"sasl.username": "alice"},
+            },
+        },
+        base=tmp_path,
+        environ={
+            "CDC_KAFKA__CLIENT_OPTIONS": '{sasl.password: "pw-client"}',
+            "CDC_KAFKA__SPARK_OPTIONS": "{sasl.jaas.config: "
+            '"org.apache.kafka.common.security.plain.PlainLoginModule required '
+            'username=\\"alice\\" password=\\"pw-spark\\";"}',
+        },
+    )
+    assert cfg.kafka is not None
+    spark = describe_settings(cfg.kafka, spark=True)
+    client = describe_settings(cfg.kafka, spark=False)
+    assert spark == (
+        "kafka.options {security.protocol: SASL_PLAINTEXT, sasl.mechanism: PLAIN}; "
+        "kafka.spark_options {sasl.jaas.config: org.apache.kafka.common.security.plain."
+        f'PlainLoginModule required username="alice" password="{MASK}";}}'
+    )
+    assert client == (
+        "kafka.options {security.protocol: SASL_PLAINTEXT, sasl.mechanism: PLAIN}; "
+        f"kafka.client_options {{sasl.username: alice, sasl.password: {MASK}}}"
+    )
+    assert sorted(kafka_secrets(cfg.kafka)) == ["pw-client", "pw-spark"]
+    plain = cfg.kafka.model_copy(update={"options": {}, "client_options": {}})
+    assert describe_settings(plain, spark=False) == (
+        "none (kafka.options and kafka.client_options are empty: PLAINTEXT)"
+    )
