@@ -121,7 +121,7 @@ def tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
+def stop(process: subprocess.Popen[Any]) -> None:
     """Stop a process started in a session of its own, and everything it started (a worker's
     executors, their Python workers): SIGTERM to the group, then SIGKILL."""
     for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
@@ -361,7 +361,7 @@ def event_log(events: Path) -> tuple[str, list[dict[str, Any]]]:
     return log.name, [json.loads(line) for line in log.read_text().splitlines() if line]
 
 
-def python_rows_by_executor(events: list[dict[str, Any]]) -> Counter[str]:
+def python_bytes_by_executor(events: list[dict[str, Any]]) -> Counter[str]:
     """Per executor, the bytes its tasks sent to Python workers (the SQL metric of mapInArrow)."""
     sent: Counter[str] = Counter()
     for event in events:
@@ -433,8 +433,8 @@ def test_the_job_on_a_standalone_cluster_under_spark_submit(
         e["Task Info"]["Executor ID"] for e in log if e["Event"] == "SparkListenerTaskEnd"
     )
     assert set(tasks) == set(executors), (tasks, executors)
-    assert sum(python_rows_by_executor(log).values()) > 0, "no task sent rows to Python"
-    assert set(python_rows_by_executor(log)) <= set(executors)
+    assert sum(python_bytes_by_executor(log).values()) > 0, "no task sent rows to Python"
+    assert set(python_bytes_by_executor(log)) <= set(executors)
     for work_dir in cluster.work_dirs:  # each worker launched an executor of this application
         assert (work_dir / app_id).is_dir(), sorted(p.name for p in work_dir.iterdir())
 
