@@ -135,6 +135,15 @@ def kafka_source_options(cfg: KafkaConfig) -> dict[str, str]:
     }
 
 
+def java_refusal(text: str) -> str | None:
+    """The Java client's authentication (or authorization) failure in an error's text, as
+    ``<exception class>: <message>``; None for any other error."""
+    match = _JAVA_REFUSAL.search(text)
+    if match is None:
+        return None
+    return f"{match.group(1)}: {match.group(2) or ''}".strip().rstrip(":")
+
+
 def _java_text(error: BaseException) -> str:
     """The text of a Java exception raised through py4j or PySpark, its causes included."""
     parts = [str(error)]
@@ -175,9 +184,8 @@ def check_spark_source(
         reader.load().rdd.getNumPartitions()
     except Exception as e:  # py4j and PySpark wrap the Java client's exception
         text = scrub(_java_text(e), kafka_secrets(cfg))
-        refusal = _JAVA_REFUSAL.search(text)
-        if refusal is not None:
-            answer = f"{refusal.group(1)}: {refusal.group(2) or ''}".strip().rstrip(":")
+        answer = java_refusal(text)
+        if answer is not None:
             raise _refused(cfg, spark=True, answer=answer) from None
         lines = [line.strip(": \t") for line in text.splitlines()]
         first = next((line for line in lines if _JAVA_EXCEPTION.search(line)), lines[0])

@@ -183,19 +183,18 @@ def test_sasl_scram_publish_run_results_refused_with_wrong_credentials_and_no_se
     assert end_offset(sasl_broker, TRANSACTIONS) == 1
 
     # 2. cdc run: a wrong password for either client stops the job before it consumes anything.
-    started = time.monotonic()
     code, said = run_once(spark_pw=WRONG, client_pw=PASSWORD)
     assert code == 2, said
     assert "cdc: error [KAFKA_AUTH_FAILED]" in said
     assert "refused Spark's Kafka source" in said and "SaslAuthenticationException" in said
     assert "kafka.spark_options {sasl.jaas.config: " in said
     assert f'username="{USER}" password="**********";' in said
-    assert time.monotonic() - started < 60  # at startup, not after the source's 30 retries
+    # (the query would fail too, after its source's 30 retries, with no code and a traceback)
     code, said = run_once(spark_pw=PASSWORD, client_pw=WRONG)
     assert code == 2, said
     assert "cdc: error [KAFKA_AUTH_FAILED]" in said and "refused confluent-kafka" in said
     assert "kafka.client_options {sasl.username: " in said
-    assert not Path(layout.checkpoint).exists()  # the query never started: no offset consumed
+    assert not Path(layout.checkpoint).exists()  # no query ever started: no offset consumed
     assert end_offset(sasl_broker, OUTCOMES) == 0
     dogs = layout.table("petstore", "petstore.Dog")
     assert deltalake.DeltaTable(dogs).to_pyarrow_table().num_rows == 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from connectors.kafka_check import describe_settings, kafka_secrets
+from connectors.kafka_check import describe_settings, java_refusal, kafka_secrets
 from streaming.config import parse_config
 from streaming.redact import MASK, is_secret_key, option_secrets, redact_options, scrub
 
@@ -101,3 +101,25 @@ def test_describe_settings_names_each_clients_maps_without_secrets(tmp_path: Pat
     assert describe_settings(plain, spark=False) == (
         "none (kafka.options and kafka.client_options are empty: PLAINTEXT)"
     )
+
+
+def test_java_refusal_is_told_from_other_errors() -> None:
+    # what py4j says when Spark's Kafka source is refused (Kafka 3.9 client, Spark 4.2)
+    refused = (
+        "An error occurred while calling o86.javaToPython.\n"
+        ": java.util.concurrent.ExecutionException: org.apache.kafka.common.errors."
+        "SaslAuthenticationException: Authentication failed during authentication due to "
+        "invalid credentials with SASL mechanism SCRAM-SHA-512\n\tat java.base/..."
+    )
+    assert java_refusal(refused) == (
+        "SaslAuthenticationException: Authentication failed during authentication due to "
+        "invalid credentials with SASL mechanism SCRAM-SHA-512"
+    )
+    assert java_refusal("x: org.apache.kafka.common.errors.TopicAuthorizationException") == (
+        "TopicAuthorizationException"
+    )
+    timeout = (
+        ": java.util.concurrent.ExecutionException: org.apache.kafka.common.errors."
+        "TimeoutException: Timed out waiting for a node assignment. Call: describeTopics"
+    )
+    assert java_refusal(timeout) is None
