@@ -321,6 +321,8 @@ def spark_submit(
         *("--conf", "spark.eventLog.enabled=true", "--conf", "spark.eventLog.compress=false"),
         *("--conf", "spark.eventLog.rolling.enabled=false"),  # one file
         *("--conf", f"spark.eventLog.dir={events.as_uri()}"),
+        # A key the job sets too: the config's value wins (deploy.md §4).
+        *("--conf", "spark.sql.shuffle.partitions=8"),
         submit.strip(),
         *("--config", "cdc.yaml", "--once"),
     ]
@@ -423,6 +425,12 @@ def test_the_job_on_a_standalone_cluster_under_spark_submit(
     # The application ran on the cluster: two executors, one per worker, both running tasks,
     # and the fold's Python ran on the executors (the driver runs no task on a cluster).
     app_id, log = event_log(events)
+    (environment,) = [e for e in log if e["Event"] == "SparkListenerEnvironmentUpdate"]
+    properties = dict(environment["Spark Properties"])
+    assert properties["spark.master"] == cluster.url  # spark-submit's, not the config's
+    assert properties["spark.submit.deployMode"] == "client"
+    assert properties["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert properties["spark.sql.shuffle.partitions"] == "2"  # the config's, not --conf's 8
     executors = {
         e["Executor ID"]: e["Executor Info"]["Host"]
         for e in log
