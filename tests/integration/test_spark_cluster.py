@@ -425,7 +425,7 @@ def test_the_job_on_a_standalone_cluster_under_spark_submit(
     # The application ran on the cluster: two executors, one per worker, both running tasks,
     # and the fold's Python ran on the executors (the driver runs no task on a cluster).
     app_id, log = event_log(events)
-    (environment,) = [e for e in log if e["Event"] == "SparkListenerEnvironmentUpdate"]
+    *_, environment = [e for e in log if e["Event"] == "SparkListenerEnvironmentUpdate"]
     properties = dict(environment["Spark Properties"])
     assert properties["spark.master"] == cluster.url  # spark-submit's, not the config's
     assert properties["spark.submit.deployMode"] == "client"
