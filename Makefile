@@ -1,7 +1,8 @@
 # Everything a fresh machine needs (Python 3.11, Java 17, Maven) is set up by these targets.
 #   make demo   set up, then run the petstore demo (the main job, embedded default, once)
-#   make test   set up, then run the whole test suite (real Spark, Delta and Kafka)
-#   make test-s3  also fetch the s3a jars (jars/s3), then run the S3 warehouse tests only
+#   make test   set up (and fetch the s3a jars, jars/s3), then run the whole test suite (real
+#               Spark, Delta and Kafka, and a local S3 server)
+#   make test-s3  the same setup, then only the S3 warehouse test
 
 PYTHON  ?= python3.11
 VENV    := .venv
@@ -35,7 +36,8 @@ jars/kafka/.resolved: pom.xml
 	$(MVN) -P kafka dependency:copy-dependencies -DoutputDirectory=jars/kafka
 	@touch $@
 
-# The s3a file system (hadoop-aws + the AWS SDK v2 bundle, ~690 MB): only for `make test-s3`.
+# The s3a file system (hadoop-aws + the AWS SDK v2 bundle, ~690 MB; 15 s to download and copy
+# here): for the S3 warehouse test only, never on the classpath of the other tests or the demo.
 jars-s3: jars/s3/.resolved
 
 jars/s3/.resolved: pom.xml
@@ -46,11 +48,11 @@ jars/s3/.resolved: pom.xml
 demo: setup
 	$(VENV)/bin/cdc demo
 
-test: setup
+test: setup jars-s3
 	$(PY) -m pytest
 
-# The warehouse, checkpoints and landing folders on s3a against a local S3 server. `make test`
-# runs these tests too once jars/s3 is there, and deselects them (saying so) while it is not.
+# The warehouse, checkpoints and landing folders on s3a against a local S3 server
+# (tests/integration/test_s3_warehouse.py). A pytest run without jars/s3 deselects it.
 test-s3: setup jars-s3
 	$(PY) -m pytest -m s3 tests/integration/test_s3_warehouse.py
 

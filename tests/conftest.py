@@ -46,10 +46,10 @@ def ws(tmp_path: Path) -> Workspace:
 
 
 # -- the s3a warehouse tests (tests/integration/test_s3_warehouse.py) ---------------------------
-# They need jars/s3 (hadoop-aws + the AWS SDK bundle, ~690 MB), which `make test` does not fetch:
-# without those jars the run deselects them and says so; with them they run like any other test.
-# `make test-s3` fetches the jars and runs them alone. Chosen explicitly (`-m s3`) they are never
-# deselected: without jars they fail, naming `make jars-s3`.
+# They need jars/s3 (hadoop-aws + the AWS SDK bundle, ~690 MB; `make jars-s3`, which `make test`
+# and `make test-s3` run first). A run without those jars deselects them and says so (in the
+# header and the "deselected" count); with them they run like any other test. Chosen explicitly
+# (`-m s3`) they are never deselected: without the jars they fail, naming `make jars-s3`.
 S3_JARS = Path(__file__).resolve().parents[1] / "jars" / "s3"
 
 

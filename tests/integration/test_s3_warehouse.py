@@ -7,8 +7,8 @@ classpath when the JVM starts, so every Spark step runs as users run it: the ``c
 process of its own, with the s3a settings of deploy.md §6 in its config. delta-rs, an independent
 reader, checks the tables straight from the S3 server, and the objects are listed with boto3.
 
-Needs ``jars/s3`` (``make jars-s3``; ``make test-s3`` fetches them and runs this file only).
-Without them the default run deselects these tests (tests/conftest.py)."""
+Needs ``jars/s3`` (``make jars-s3``; ``make test`` fetches them, ``make test-s3`` too and runs
+this file only). A pytest run without them deselects these tests (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -233,6 +233,13 @@ def test_s3_warehouse_landing_dms_show_maintain_and_kill_restart(
     (tmp_path / "petstore.yaml").write_text(DATASET)
     (tmp_path / "cdc.yaml").write_text(config(bucket))
     cdc = Cdc(tmp_path)
+    timings: dict[str, float] = {}
+    started = [time.monotonic()]
+
+    def lap() -> float:
+        now = time.monotonic()
+        spent, started[0] = now - started[0], now
+        return round(spent, 1)
 
     # -- 1. a batch killed by SIGKILL between two table commits, then restarted --------------
     bucket.json_rows(
@@ -257,40 +264,49 @@ def test_s3_warehouse_landing_dms_show_maintain_and_kill_restart(
         [{"ID": "cat2", "NAME": "Felix"}, {"ID": "cat3", "NAME": "Garfield"}],
     )
 
+    dms_load = "dms:petstore/petstore/Cat/LOAD00000001.parquet"
     crashed = cdc("run", "--once", crash_at="between_commits")
+    timings["cdc run --once, killed between two table commits"] = lap()
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     # Killed mid-batch: a table commit is on S3, the ledger has nothing yet.
     versions = [bucket.table("petstore", "petstore", s).version() for s in ("Dog", "Cat")]
     assert max(versions) == 1, versions
     assert bucket.rows("_system", "transactions") == []
 
-    restarted = cdc("run", "--once")
-    assert restarted.returncode == 0, restarted.stderr[-3000:]
-    assert by_id(bucket.rows("petstore", "petstore", "Dog"), "version", "name", "age") == [
-        ("dog1", 1, "Rex", 3)
-    ]
-    assert by_id(bucket.rows("petstore", "petstore", "Cat"), "version", "name") == [
-        ("cat1", 1, "Tom"),
-        ("cat2", 1, "Felix"),
-        ("cat3", 1, "Garfield"),
-    ]
-    # Every table written once: the replay skipped the commit made before the kill.
-    assert [bucket.table("petstore", "petstore", s).version() for s in ("Dog", "Cat")] == [1, 1]
-    outcomes = {r["transaction_id"]: r for r in bucket.rows("_system", "outcomes")}
-    dms_load = "dms:petstore/petstore/Cat/LOAD00000001.parquet"
-    assert {t: (o["status"], o["batch_id"]) for t, o in outcomes.items()} == {
-        "tx-1": ("COMMITTED", 0),
-        "tx-2": ("COMMITTED", 0),
-        "tx-3": ("REJECTED", 0),
-        "tx-4": ("REJECTED", 0),
-        dms_load: ("COMMITTED", 0),
-    }
-    assert outcomes["tx-3"]["error_code"] == "LOCATION_NOT_ALLOWED"
-
-    # -- 2. the continuous job killed from outside while a batch is in progress, restarted ---
+    # -- 2. restarted as the continuous job: it finishes batch 0 first ----------------------
     job, log = cdc.start("run")
     try:
-        wait_for("the query to start", lambda: "query cdc started" in log.read_text(), job, log)
+        wait_for(
+            "batch 0 to be finished",
+            lambda: "checkpoints/cdc/commits/0" in bucket.keys("checkpoints/cdc/commits/"),
+            job,
+            log,
+        )
+        timings["crashed batch 0 finished by the restarted job"] = lap()
+        assert by_id(bucket.rows("petstore", "petstore", "Dog"), "version", "name", "age") == [
+            ("dog1", 1, "Rex", 3)
+        ]
+        assert by_id(bucket.rows("petstore", "petstore", "Cat"), "version", "name") == [
+            ("cat1", 1, "Tom"),
+            ("cat2", 1, "Felix"),
+            ("cat3", 1, "Garfield"),
+        ]
+        # Every table written once: the replay skipped the commit made before the kill.
+        assert [bucket.table("petstore", "petstore", s).version() for s in ("Dog", "Cat")] == [
+            1,
+            1,
+        ]
+        outcomes = {r["transaction_id"]: r for r in bucket.rows("_system", "outcomes")}
+        assert {t: (o["status"], o["batch_id"]) for t, o in outcomes.items()} == {
+            "tx-1": ("COMMITTED", 0),
+            "tx-2": ("COMMITTED", 0),
+            "tx-3": ("REJECTED", 0),
+            "tx-4": ("REJECTED", 0),
+            dms_load: ("COMMITTED", 0),
+        }
+        assert outcomes["tx-3"]["error_code"] == "LOCATION_NOT_ALLOWED"
+
+        # -- 3. the continuous job killed from outside while batch 1 is in progress ----------
         bucket.json_rows(
             "data/three/petstore/Dog/part.json",
             {"id": "dog1", "name": "Rex", "age": 4},
@@ -313,6 +329,7 @@ def test_s3_warehouse_landing_dms_show_maintain_and_kill_restart(
         )
         job.send_signal(signal.SIGKILL)
         assert job.wait(timeout=60) == -signal.SIGKILL
+        timings["continuous job until killed in batch 1"] = lap()
     finally:
         if job.poll() is None:
             job.kill()
@@ -324,8 +341,9 @@ def test_s3_warehouse_landing_dms_show_maintain_and_kill_restart(
 
     restarted = cdc("run", "--once")
     assert restarted.returncode == 0, restarted.stderr[-3000:]
+    timings["cdc run --once, restarted"] = lap()
 
-    # -- 3. nothing lost, nothing applied twice (delta-rs, from the S3 server) ---------------
+    # -- 4. nothing lost, nothing applied twice (delta-rs, from the S3 server) ---------------
     expected_dogs = [("dog1", 2, "Rex", 4), ("dog3", 1, "Lassie", 2)]
     expected_cats = [("cat1", 1, "Tom"), ("cat2", 2, "Felix II")]
     assert by_id(bucket.rows("petstore", "petstore", "Dog"), "version", "name", "age") == (
@@ -366,20 +384,28 @@ def test_s3_warehouse_landing_dms_show_maintain_and_kill_restart(
         dms_load: {"COMMITTED"},
         dms_cdc: {"COMMITTED"},
     }
-    assert {r["error_code"] for r in bucket.rows("_system", "quarantine")} == {"INVALID_JSON"}
+    assert sorted(
+        (r["transaction_id"], r["error_code"]) for r in bucket.rows("_system", "quarantine")
+    ) == [
+        ("tx-3", "LOCATION_NOT_ALLOWED"),
+        ("tx-4", "INVALID_JSON"),
+    ]
 
-    # -- 4. cdc show reads the same table through Spark and s3a ------------------------------
+    # -- 5. cdc show reads the same table through Spark and s3a ------------------------------
+    timings["checks by delta-rs"] = lap()
     shown = cdc("show", "petstore", "petstore.Dog", "--json")
+    timings["cdc show"] = lap()
     assert shown.returncode == 0, shown.stderr[-3000:]
     rows = [json.loads(line) for line in shown.stdout.splitlines()]
     assert by_id(rows, "version", "name", "age") == expected_dogs
 
-    # -- 5. cdc maintain: OPTIMIZE compacts, VACUUM removes the files it replaced -------------
+    # -- 6. cdc maintain: OPTIMIZE compacts, VACUUM removes the files it replaced -------------
     history_files = [
         k for k in bucket.keys("warehouse/petstore/_history/petstore/Dog/") if "_delta_log" not in k
     ]
     assert len(history_files) >= 2, history_files
     maintained = cdc("maintain", "--optimize", "--vacuum", "0")
+    timings["cdc maintain --optimize --vacuum 0"] = lap()
     assert maintained.returncode == 0, maintained.stderr[-3000:]
     counts = {
         cells[0]: cells[1:]
@@ -408,3 +434,4 @@ def test_s3_warehouse_landing_dms_show_maintain_and_kill_restart(
     # Nothing of the job's state went to the local folder: it is all on the S3 server.
     assert not [p for p in ("warehouse", "checkpoints", "landing") if (tmp_path / p).exists()]
     assert "checkpoints/cdc/metadata" in bucket.keys("checkpoints/cdc/")
+    print("\ns3 warehouse test, seconds per step:", json.dumps(timings, indent=1))
