@@ -48,9 +48,19 @@ def prepare_tables(spark: SparkSession, datasets: Mapping[str, Dataset], layout:
     evolve(spark, datasets, layout)
 
 
-def _local_dir(path: str) -> str:
+def _ensure_dir(spark: SparkSession, path: str) -> str:
+    """Create a landing folder that is not there yet: Spark's file source refuses to start on a
+    path that does not exist (PATH_NOT_FOUND). On object storage (s3a://) a folder without
+    objects does not exist until Hadoop's ``mkdirs`` writes its marker."""
     if "://" not in path:
         os.makedirs(path, exist_ok=True)
+        return path
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(hpath):
+        fs.mkdirs(hpath)
     return path
 
 
@@ -58,9 +68,10 @@ def request_stream(spark: SparkSession, cfg: AppConfig) -> DataFrame:
     """All request sources of the config, unioned into one stream of raw records."""
     streams: list[DataFrame] = []
     if cfg.landing.transactions:
-        streams.append(landing_requests(spark, cfg.landing, _local_dir(cfg.landing.transactions)))
+        folder = _ensure_dir(spark, cfg.landing.transactions)
+        streams.append(landing_requests(spark, cfg.landing, folder))
     if cfg.landing.dms:
-        streams.append(dms_files(spark, cfg.landing, _local_dir(cfg.landing.dms)))
+        streams.append(dms_files(spark, cfg.landing, _ensure_dir(spark, cfg.landing.dms)))
     if cfg.kafka is not None:
         streams.append(kafka_requests(spark, cfg.kafka))
     if not streams:

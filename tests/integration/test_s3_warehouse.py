@@ -259,11 +259,7 @@ def test_s3_warehouse_landing_dms_show_maintain_and_kill_restart(
         request("tx-3", outside),
         '{"transactionId": "tx-4", ',
     )
-    bucket.dms(
-        "LOAD00000001.parquet",
-        [{"ID": "cat2", "NAME": "Felix"}, {"ID": "cat3", "NAME": "Garfield"}],
-    )
-
+    # No DMS file yet: the job starts on a DMS zone that is no object on S3 at all.
     dms_load = "dms:petstore/petstore/Cat/LOAD00000001.parquet"
     crashed = cdc("run", "--once", crash_at="between_commits")
     timings["cdc run --once, killed between two table commits"] = lap()
@@ -287,9 +283,7 @@ def test_s3_warehouse_landing_dms_show_maintain_and_kill_restart(
             ("dog1", 1, "Rex", 3)
         ]
         assert by_id(bucket.rows("petstore", "petstore", "Cat"), "version", "name") == [
-            ("cat1", 1, "Tom"),
-            ("cat2", 1, "Felix"),
-            ("cat3", 1, "Garfield"),
+            ("cat1", 1, "Tom")
         ]
         # Every table written once: the replay skipped the commit made before the kill.
         assert [bucket.table("petstore", "petstore", s).version() for s in ("Dog", "Cat")] == [
@@ -302,7 +296,6 @@ def test_s3_warehouse_landing_dms_show_maintain_and_kill_restart(
             "tx-2": ("COMMITTED", 0),
             "tx-3": ("REJECTED", 0),
             "tx-4": ("REJECTED", 0),
-            dms_load: ("COMMITTED", 0),
         }
         assert outcomes["tx-3"]["error_code"] == "LOCATION_NOT_ALLOWED"
 
@@ -314,6 +307,10 @@ def test_s3_warehouse_landing_dms_show_maintain_and_kill_restart(
         )
         three = {"operation": "UPSERT", "locationUri": bucket.uri("data/three"), "format": "JSON"}
         bucket.requests("0002.jsonl", request("tx-5", three), request("tx-1", one))
+        bucket.dms(
+            "LOAD00000001.parquet",
+            [{"ID": "cat2", "NAME": "Felix"}, {"ID": "cat3", "NAME": "Garfield"}],
+        )
         bucket.dms(
             "20261124-0001.parquet",
             [
