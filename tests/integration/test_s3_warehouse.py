@@ -12,6 +12,7 @@ this file only). A pytest run without them deselects these tests (tests/conftest
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -201,13 +202,28 @@ class Cdc:
         )
 
     def start(self, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+        """The command in the background, in a process group of its own: ``kill`` ends the
+        Python driver and the JVM it started at once, as losing the machine would (killed alone,
+        the driver would leave its JVM running on for a moment)."""
         self.runs += 1
         log = self.root / f"run-{self.runs}.log"
         with log.open("wb") as out:
             process = subprocess.Popen(
-                self.command(*args), cwd=self.root, env=self.env(), stdout=out, stderr=out
+                self.command(*args),
+                cwd=self.root,
+                env=self.env(),
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
             )
         return process, log
+
+
+def kill(process: subprocess.Popen[bytes]) -> int:
+    """SIGKILL to the process group of a command ``Cdc.start`` started; its exit code."""
+    with contextlib.suppress(ProcessLookupError):  # the whole group has ended already
+        os.killpg(process.pid, signal.SIGKILL)
+    return process.wait(timeout=60)
 
 
 def wait_for(what: str, check: Any, process: subprocess.Popen[bytes], log: Path) -> None:
@@ -324,13 +340,10 @@ def test_s3_warehouse_landing_dms_show_maintain_and_kill_restart(
             job,
             log,
         )
-        job.send_signal(signal.SIGKILL)
-        assert job.wait(timeout=60) == -signal.SIGKILL
+        assert kill(job) == -signal.SIGKILL
         timings["continuous job until killed in batch 1"] = lap()
     finally:
-        if job.poll() is None:
-            job.kill()
-            job.wait()
+        kill(job)
     # The kill came while batch 1 was being applied: Spark had not recorded it as done.
     assert "checkpoints/cdc/commits/1" not in bucket.keys("checkpoints/cdc/commits/"), (
         log.read_text()
