@@ -183,7 +183,7 @@ class Cdc:
         self.runs = 0
 
     def env(self, crash_at: str | None = None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
+        env = {k: v for k, v in os.environ.items() if k != CRASH_ENV and not k.startswith("AWS_")}
         if crash_at:
             env[CRASH_ENV] = crash_at
         return {**env, **KEYS, "PYTHONPATH": str(ROOT)}
