@@ -6,8 +6,8 @@ not a ``CDC_*`` name: those are configuration overrides.
 Points, in the order a batch reaches them:
   before_first_commit   the batch is validated and planned; no table written yet
   between_commits       right after the batch's first table commit (others still to come)
-  after_tables          every table written; the ledger not yet
-  after_ledger          the ledger written; outcomes not yet
+  after_tables          every current table written; history and ledger not yet
+  after_ledger          history, ledger and quarantine written; outcomes not yet
   mid_outcomes          the outcomes table written; the outcomes topic not yet
 """
 

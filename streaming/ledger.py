@@ -62,5 +62,5 @@ def record(
     if not rows:
         return
     # An append, not a MERGE: triage never admits a transaction the ledger already holds (a
-    # replayed batch's own entries aside, and Delta skips the replayed commit: txnAppId).
+    # replayed batch's own entries aside, and ``append`` does not make a replayed commit again).
     append(spark.createDataFrame(rows, LEDGER_SCHEMA), path, commit)

@@ -82,6 +82,8 @@ class Sink:
     writers: int = 4
     """Tables written side by side (``streaming.parallel``)."""
     sessions: Sessions = field(init=False)
+    _finished: int | None = field(default=None, init=False)
+    """The last batch this sink ran to its end (``replay_possible``)."""
 
     def __post_init__(self) -> None:
         self.sessions = Sessions(self.spark, self.writers)
@@ -93,6 +95,7 @@ class Sink:
         raws = to_raw_requests(df.collect(), self.dms_zone)
         if raws:
             self.process(raws, batch_id)
+        self._finished = batch_id
 
     def process(self, raws: Sequence[RawRequest], batch_id: int) -> list[Outcome]:
         started = time.monotonic()
@@ -100,18 +103,28 @@ class Sink:
         admitted = [v for v in verdicts if isinstance(v, Admitted)]
         planned, rejected = self._plan(admitted)
         tables = {p for plan in planned for load in plan.loads for p in self._written(load)}
-        timeline = Timeline.open(self.spark, self.query_key, batch_id, tables, self.clock)
+        # Only a batch that follows the one this sink finished cannot have run before.
+        replay_possible = self._finished is None or batch_id != self._finished + 1
+        timeline = Timeline.open(
+            self.spark,
+            self.query_key,
+            batch_id,
+            tables,
+            self.clock,
+            replay_possible=replay_possible,
+        )
         meter = Meter.start(self.spark, [*tables, *self._histories(planned), *self._system])
         applied = Applied()
         crash_point("before_first_commit")
         for segment in segments(planned):
             self._apply_segment(segment, timeline, applied, rejected)
         crash_point("after_tables")
-        commit = BatchCommit(timeline.query, batch_id, timeline.at)
+        commit = timeline.commit()
         valid = [p for p in planned if p.request.transaction_id not in rejected]
         outcomes = self._outcomes(verdicts, valid, rejected, applied, commit)
-        self._record(verdicts, outcomes, rejected, commit)
+        self._record(verdicts, outcomes, rejected, applied.history, commit)
         self._progress(batch_id, outcomes, applied, time.monotonic() - started, meter.stop())
+        self._finished = batch_id
         return outcomes
 
     @property
@@ -234,9 +247,9 @@ class Sink:
             for plan in live:
                 applied.failed[plan.request.transaction_id] = failure
             return
-        # History is append-only: never restored, so appended once the segment's current tables
-        # are all written. A failure here fails the batch; its replay appends the same rows.
-        self.sessions.map(lambda _, item: append_history(*item), history)
+        # History is append-only, never restored: its rows are appended once the batch's tables
+        # are all written (``_record``). A failure there fails the batch; its replay appends them.
+        applied.history.extend(history)
         applied.loads.update(done)
 
     def _apply_wave(
@@ -352,25 +365,31 @@ class Sink:
         verdicts: Sequence[Verdict],
         outcomes: Sequence[Outcome],
         rejected: Mapping[str, RejectedError],
+        history: Sequence[tuple[TableResult, ObjectTable, BatchCommit]],
         commit: BatchCommit,
     ) -> None:
+        """The batch's appends, side by side: history, ledger and quarantine; then the outcomes
+        table, then the outcomes topic. Each is made once per batch (``tables.append``), so a
+        batch that dies between them is finished by its replay."""
         hashes = [v.content_hash if isinstance(v, Admitted) else "" for v in verdicts]
-        ledger.record(
-            self.spark, self.layout.ledger, list(zip(outcomes, hashes, strict=True)), commit
-        )
-        crash_point("after_ledger")
         bad: list[tuple[RawRequest, str | None, CdcError]] = []
         for verdict, outcome in zip(verdicts, outcomes, strict=True):
             if outcome.status is Status.REJECTED and outcome.error is not None:
                 error = RejectedError(outcome.error.message, code=outcome.error.code)
                 bad.append((verdict.raw, outcome.transaction_id, error))
         writes: list[Callable[[SparkSession], None]] = [
-            partial(system.quarantine, path=self.layout.quarantine, items=bad, commit=commit),
+            *(partial(_history, item=item) for item in history),
             partial(
-                system.write_outcomes, path=self.layout.outcomes, outcomes=outcomes, commit=commit
+                ledger.record,
+                path=self.layout.ledger,
+                entries=list(zip(outcomes, hashes, strict=True)),
+                commit=commit,
             ),
+            partial(system.quarantine, path=self.layout.quarantine, items=bad, commit=commit),
         ]
         self.sessions.map(_call, writes)
+        crash_point("after_ledger")
+        system.write_outcomes(self.spark, self.layout.outcomes, outcomes, commit)
         crash_point("mid_outcomes")
         if self.publish is not None:
             self.publish(outcomes)
@@ -442,6 +461,8 @@ class Applied:
 
     loads: dict[int, tuple[dict[Effect, int], int]] = field(default_factory=dict)
     failed: dict[str, CdcError] = field(default_factory=dict)
+    history: list[tuple[TableResult, ObjectTable, BatchCommit]] = field(default_factory=list)
+    """The history rows of the segments applied, appended with the ledger (``Sink._record``)."""
 
 
 def _count(
@@ -456,6 +477,10 @@ def _count(
 
 def _call(spark: SparkSession, write: Callable[[SparkSession], None]) -> None:
     write(spark)
+
+
+def _history(_: SparkSession, item: tuple[TableResult, ObjectTable, BatchCommit]) -> None:
+    append_history(*item)
 
 
 def _union(frames: Sequence[DataFrame]) -> DataFrame:

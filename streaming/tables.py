@@ -1,10 +1,13 @@
 """Delta tables: their schemas, creation, and idempotent per-batch commits.
 
-Every commit this job makes to a table carries
-- ``txnAppId`` = query name + table path and ``txnVersion`` = the micro-batch id, so Delta itself
-  skips a commit that a replayed batch has already made (exactly once per table), and
-- ``userMetadata`` = ``{"cdc": query, "batchId": n, "at": commit time}``, so a replayed batch
-  can find the version of the table *before* it and plan from exactly the same state.
+Every commit this job makes to a table carries ``userMetadata`` = ``{"cdc": query, "batchId": n,
+"step": s, "at": commit time}``: a replayed batch finds its own earlier commits by it, so it can
+read each table at the version *before* it and skip what it already wrote. MERGEs, DELETEs and
+RESTOREs also carry ``txnAppId`` = query name + table path and ``txnVersion`` = (batch id, step),
+so Delta itself skips a DML commit a replayed batch already made. Appends do not: Delta answers
+a ``txnAppId`` from the table's snapshot state, a Spark job per append that nothing else in the
+batch needs; an append looks for its commit in the table's latest commits instead, and only
+when the batch may have run before (``BatchCommit.replay_possible``).
 """
 
 from __future__ import annotations
@@ -144,6 +147,10 @@ class BatchCommit:
     at: datetime
     step: int = 0
     """The step of the batch (``core.steps``): a batch writes a table at most once per step."""
+    replay_possible: bool = True
+    """Whether some commits of this batch may exist already: the first batch a sink runs (Spark
+    replays the last unfinished batch at a restart) or a batch id it runs again. False only when
+    the same sink ran the batch before it to its end: then no commit of this one can exist."""
 
     def app_id(self, path: str) -> str:
         """Delta ``txnAppId`` of this query's commits to the table at ``path``."""
@@ -314,13 +321,18 @@ def read_table(spark: SparkSession, path: str, version: int | None = None) -> Da
 
 
 def append(df: DataFrame, path: str, commit: BatchCommit) -> None:
-    """Idempotent append (txnAppId/txnVersion) of ``df`` to the Delta table at ``path``."""
+    """Append ``df`` to the Delta table at ``path`` once per (query, batch, step): when the batch
+    may be a replay, a commit already in the table's latest commits (``batch_commits``) is not
+    made again. One Spark job (the write): an append with ``txnAppId`` would add one that
+    rebuilds the table's snapshot state to look the id up."""
+    if commit.replay_possible and commit.step in batch_commits(
+        df.sparkSession, path, commit.query, commit.batch_id
+    ):
+        return
     on_conflict_retry(
         lambda: (
             df.write.format("delta")
             .mode("append")
-            .option("txnAppId", commit.app_id(path))
-            .option("txnVersion", commit.txn_version)
             .option("userMetadata", commit.metadata())
             .save(path)
         ),

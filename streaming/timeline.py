@@ -29,6 +29,8 @@ class Timeline:
     """table path → this batch's earlier commits to it (step → version, time)."""
     current: dict[str, int] = field(default_factory=dict)
     step: int = 0
+    replay_possible: bool = True
+    """See ``BatchCommit.replay_possible``: without it no table is searched for earlier commits."""
 
     @classmethod
     def open(
@@ -38,11 +40,23 @@ class Timeline:
         batch_id: int,
         paths: Iterable[str],
         clock: Callable[[], datetime],
+        *,
+        replay_possible: bool = True,
     ) -> Timeline:
-        """The timeline of ``batch_id`` over the tables it may write (``paths``)."""
-        commits = {path: batch_commits(spark, path, query, batch_id) for path in sorted(set(paths))}
+        """The timeline of ``batch_id`` over the tables it may write (``paths``): their commits
+        of this batch so far, read from their logs when the batch may be a replay."""
+        commits = (
+            {path: batch_commits(spark, path, query, batch_id) for path in sorted(set(paths))}
+            if replay_possible
+            else {}
+        )
         found = [at for steps in commits.values() for _, at in steps.values()]
-        return cls(spark, query, batch_id, found[0] if found else clock(), commits)
+        at = found[0] if found else clock()
+        return cls(spark, query, batch_id, at, commits, replay_possible=replay_possible)
+
+    def commit(self) -> BatchCommit:
+        """The batch's commit identity for writes outside its steps (ledger, outcomes)."""
+        return BatchCommit(self.query, self.batch_id, self.at, 0, self.replay_possible)
 
     @property
     def replayed(self) -> bool:
@@ -60,7 +74,7 @@ class Timeline:
 
     def next_step(self) -> BatchCommit:
         self.step += 1
-        return BatchCommit(self.query, self.batch_id, self.at, self.step)
+        return BatchCommit(self.query, self.batch_id, self.at, self.step, self.replay_possible)
 
     def wrote(self, path: str, commit: BatchCommit) -> int:
         """Record that ``commit`` wrote (or, replayed, had written) ``path``; its version now."""
