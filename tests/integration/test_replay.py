@@ -11,6 +11,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from streaming import sink as sink_module
+from streaming import tables as tables_module
+from streaming import timeline as timeline_module
 from streaming.core.batch import RawRequest, split_landing_file
 from streaming.job import Job
 from streaming.outcomes import Status
@@ -49,6 +51,41 @@ def test_replaying_a_completed_batch_changes_nothing_and_repeats_the_outcome(
     assert versions(job) == after
     assert [o.status for o in first] == [o.status for o in again] == [Status.COMMITTED]
     assert again[0].actions == first[0].actions and again[0].committed_at == first[0].committed_at
+
+
+def test_only_a_batch_that_may_have_run_before_looks_for_its_earlier_commits(
+    spark: SparkSession, ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sink's first batch (Spark replays the last unfinished one at a restart) and a batch id
+    it runs again search the tables' latest commits for their own; the batch after one the sink
+    finished cannot have any, and reads no commit file. Run again, it writes nothing twice."""
+    raws = seed(ws)
+    ws.data("more/petstore/Dog/a.json", {"id": "dog3", "name": "Lassie"})
+    body = (request("tx-2", upsert("./data/more")) + "\n").encode()
+    second = split_landing_file("file:/landing/b.jsonl", T0, body, T0)
+    job = Job.create(spark, ws.config())
+    searched: list[tuple[str, int]] = []
+    real = tables_module.batch_commits
+
+    def spy(spark: SparkSession, path: str, query: str, batch_id: int) -> object:
+        searched.append((path, batch_id))
+        return real(spark, path, query, batch_id)
+
+    monkeypatch.setattr(tables_module, "batch_commits", spy)
+    monkeypatch.setattr(timeline_module, "batch_commits", spy)
+
+    job.sink.process(raws, batch_id=0)
+    paths = job.layout.object_table("petstore", "petstore.Dog")
+    searched_first = {path for path, _ in searched}
+    assert {paths.current, paths.history, job.layout.ledger} <= searched_first
+    searched.clear()
+    (outcome,) = job.sink.process(second, batch_id=1)
+    assert outcome.status is Status.COMMITTED and searched == []
+    after = versions(job)
+    (again,) = job.sink.process(second, batch_id=1)
+    assert {b for _, b in searched} == {1} and paths.history in {p for p, _ in searched}
+    assert versions(job) == after
+    assert again.status is Status.COMMITTED and again.actions == outcome.actions
 
 
 def test_crash_before_history_is_rolled_forward_with_the_same_commit_time(
