@@ -207,14 +207,21 @@ def apply_to_object_table(
     before: Mapping[str, int],
     commit: BatchCommit,
     partitions: int,
+    count: int | None = None,
 ) -> TableResult:
     """Fold the batch's changes into one object schema's tables, each read as of its version
-    ``before`` this batch (the same state again when the batch is replayed).
+    ``before`` this batch (the same state again when the batch is replayed). ``count``: the
+    number of changes if known (the check job counts them), else they are counted here.
 
     ``spark`` is a session of this table's own (``streaming.parallel``): tables of a wave are
     applied concurrently, and Delta takes a MERGE's idempotency keys from session conf."""
-    rows = changes.limit(DRIVER_FOLD_MAX_ROWS + 1).collect()
-    if len(rows) <= DRIVER_FOLD_MAX_ROWS:
+    rows: list[Row] | None = None
+    if count is None:
+        first = changes.limit(DRIVER_FOLD_MAX_ROWS + 1).collect()  # a job per few partitions
+        rows = first if len(first) <= DRIVER_FOLD_MAX_ROWS else None
+    elif count <= DRIVER_FOLD_MAX_ROWS:
+        rows = changes.collect()
+    if rows is not None:
         result = _apply_small(spark, rows, schema, paths, before, commit)
     else:
         with _LARGE_PATH:

@@ -170,6 +170,8 @@ class Loaded:
 
     loads: tuple[Load, ...]
     frame: DataFrame
+    rows: Mapping[int, int] | None = None
+    """Rows per load ordinal, counted by the check job (None before it ran)."""
 
     def without(self, ordinals: set[int]) -> Loaded | None:
         """The rows of the other loads; None if none is left."""
@@ -179,7 +181,7 @@ class Loaded:
         if not keep:
             return None
         ordinal = F.shiftright(F.col("__seq"), SEQ_SHIFT)
-        return Loaded(keep, self.frame.where(~ordinal.isin(sorted(ordinals))))
+        return Loaded(keep, self.frame.where(~ordinal.isin(sorted(ordinals))), self.rows)
 
 
 @contextmanager
@@ -212,7 +214,9 @@ def load_wave(
     # Lazy: the check job below fills every cache in one pass.
     cached = [part.frame.persist() for part in loaded]
     try:
-        errors.update(check_loads(loaded))
+        counted: dict[int, int] = {}
+        errors.update(check_loads(loaded, counted))
+        loaded = [Loaded(part.loads, part.frame, counted) for part in loaded]
         by_ordinal = {load.ordinal: load for load in loads}
         rejected: dict[str, RejectedError] = {}
         for ordinal in sorted(errors):
@@ -361,9 +365,14 @@ def _with_scope_deletes(
     return changes.unionByName(out)
 
 
-def check_loads(loaded: Sequence[Loaded]) -> dict[int, RejectedError]:
+def check_loads(
+    loaded: Sequence[Loaded], rows: dict[int, int] | None = None
+) -> dict[int, RejectedError]:
     """Row-level problems per load ordinal, found by one Spark job over every load of the wave
-    (one result row per load: ``__seq`` also numbers the rows of loads whose order matters)."""
+    (one result row per load: ``__seq`` also numbers the rows of loads whose order matters).
+    ``rows``, if given, receives each load's number of rows (0 for a load without any)."""
+    if rows is not None:
+        rows.update({load.ordinal: 0 for part in loaded for load in part.loads})
     if not loaded:
         return {}
     union = loaded[0].frame.select(_CHECK_COLUMNS)
@@ -376,6 +385,7 @@ def check_loads(loaded: Sequence[Loaded]) -> dict[int, RejectedError]:
             F.sum(F.col("id").isNull().cast("int")).alias("no_id"),
             (F.count("id") - F.count_distinct("id")).alias("dup_ids"),
             F.array_distinct(F.flatten(F.collect_list("__bad_cols"))).alias("bad_cols"),
+            F.count(F.lit(1)).alias("rows"),
         )
         .collect()
     )
@@ -383,6 +393,8 @@ def check_loads(loaded: Sequence[Loaded]) -> dict[int, RejectedError]:
     errors: dict[int, RejectedError] = {}
     for row in stats:
         load = by_ordinal[int(row["ordinal"])]
+        if rows is not None:
+            rows[load.ordinal] = int(row["rows"])
         where = f"actions[{load.action_index}] {load.schema.name} from {_describe(load)}"
         keyed = load.schema.is_object
         if row["corrupt"]:

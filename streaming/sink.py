@@ -272,6 +272,12 @@ class Sink:
                 ]
             )
 
+        def count(loads: Sequence[Load]) -> int | None:
+            counted = [part.rows for part in loaded if part.rows is not None]
+            if not counted or any(load.ordinal not in counted[0] for load in loads):
+                return None
+            return sum(counted[0][load.ordinal] for load in loads)
+
         by_table: dict[str, list[Load]] = defaultdict(list)
         for load in wave:
             by_table[load.writes].append(load)
@@ -284,6 +290,7 @@ class Sink:
                 {p: timeline.version(p) for p in paths.restorable},
                 timeline.next_step(),
                 rows(loads),
+                count(loads),
             )
             for _, loads in sorted(by_table.items())
             if loads[0].schema.is_object
@@ -298,6 +305,7 @@ class Sink:
                 before=write.before,
                 commit=write.commit,
                 partitions=self.shuffle_partitions,
+                count=write.count,
             )
 
         for write, result in zip(objects, self.sessions.map(apply, objects), strict=True):
@@ -452,6 +460,8 @@ class _TableWrite:
     before: dict[str, int]
     commit: BatchCommit
     changes: DataFrame
+    count: int | None
+    """Its number of change rows (the check job's count), None if unknown."""
 
 
 @dataclass

@@ -145,8 +145,8 @@ def test_the_rows_applied_are_the_rows_checked(
     data = ws.data("a/petstore/Pet/part.json", {"id": "p1", "name": "Rex"})
     checked = loads_module.check_loads
 
-    def check_then_rewrite(loaded: Any) -> Any:
-        errors = checked(loaded)
+    def check_then_rewrite(loaded: Any, *args: Any) -> Any:
+        errors = checked(loaded, *args)
         data.write_text(data.read_text().replace("Rex", "Max"))  # same size, other value
         return errors
 
