@@ -58,6 +58,7 @@ from streaming.tables import (
     latest_version,
     read_table,
 )
+from streaming.tombstones import DeletedKeys
 
 SEQ_SHIFT = 32
 """``__seq >> SEQ_SHIFT`` is the action ordinal of a change (its position in the batch)."""
@@ -208,10 +209,12 @@ def apply_to_object_table(
     commit: BatchCommit,
     partitions: int,
     count: int | None = None,
+    deleted: DeletedKeys | None = None,
 ) -> TableResult:
     """Fold the batch's changes into one object schema's tables, each read as of its version
     ``before`` this batch (the same state again when the batch is replayed). ``count``: the
     number of changes if known (the check job counts them), else they are counted here.
+    ``deleted``: the tombstones the sink holds on the driver (``streaming.tombstones``).
 
     ``spark`` is a session of this table's own (``streaming.parallel``): tables of a wave are
     applied concurrently, and Delta takes a MERGE's idempotency keys from session conf."""
@@ -222,8 +225,10 @@ def apply_to_object_table(
     elif count <= DRIVER_FOLD_MAX_ROWS:
         rows = changes.collect()
     if rows is not None:
-        result = _apply_small(spark, rows, schema, paths, before, commit)
+        result = _apply_small(spark, rows, schema, paths, before, commit, deleted)
     else:
+        if deleted is not None:
+            deleted.forget(paths.tombstones)
         with _LARGE_PATH:
             result = _apply_large(changes, schema, paths, before, commit, partitions)
     crash_point("between_commits")
@@ -245,6 +250,7 @@ def _apply_small(
     paths: ObjectTable,
     before: Mapping[str, int],
     commit: BatchCommit,
+    deleted: DeletedKeys | None,
 ) -> TableResult:
     data_schema = schema.spark_schema()
     props = [f.name for f in data_schema.fields]
@@ -254,7 +260,7 @@ def _apply_small(
     by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in sorted(rows, key=lambda r: (r["id"], r["__seq"])):
         by_key[row["id"]].append({**row.asDict(recursive=True), "__at": commit.at})
-    stored = _stored_rows(spark, paths, before, sorted(by_key), props, mark)
+    stored = _stored_rows(spark, paths, before, sorted(by_key), props, mark, deleted)
     out: list[dict[str, Any]] = []
     for key, group in by_key.items():
         folded = fold(folder.stored(stored.get(key, _NOTHING)), [folder.change(r) for r in group])
@@ -268,9 +274,19 @@ def _apply_small(
         out_schema = _fold_schema(data_schema, mark)
         keys = sorted({r["id"] for r in state})
         _merge(spark.createDataFrame(state, out_schema), props, paths, commit, keys=keys)
-        deleted = [r for r in state if r["__deleted"]]
-        if deleted:
-            _append_tombstones(spark.createDataFrame(deleted, out_schema), paths, commit, mark)
+        gone = [r for r in state if r["__deleted"]]
+        if gone:
+            _append_tombstones(spark.createDataFrame(gone, out_schema), paths, commit, mark)
+            if deleted is not None:
+                deleted.appended(
+                    paths.tombstones,
+                    before[paths.tombstones],
+                    latest_version(spark, paths.tombstones),
+                    [
+                        {"id": r["id"], "version": r["version"], "watermark": r.get("__mark")}
+                        for r in gone
+                    ],
+                )
         history = _history_rows(
             spark.createDataFrame([r for r in out if r["__row_kind"] == "history"], out_schema),
             props,
@@ -288,10 +304,17 @@ def _stored_rows(
     keys: list[str],
     props: list[str],
     mark: StructType | None,
+    deleted: DeletedKeys | None,
 ) -> dict[str, dict[str, Any]]:
     """id → the key's stored state as ``_Folder.stored`` reads it: its live row (``s_*``) and
     its latest tombstone (``t_*``), for the given keys only: one Spark job, and Delta skips the
-    files whose id range holds none of them."""
+    files whose id range holds none of them. Tombstones the sink holds on the driver
+    (``deleted``) are not read again."""
+    held = (
+        deleted.of_keys(spark, paths.tombstones, before[paths.tombstones], keys, mark is not None)
+        if deleted is not None
+        else None
+    )
     live = _of_keys(spark, read_table(spark, paths.current, before[paths.current]), keys).select(
         F.lit(True).alias("live"),
         "id",
@@ -301,19 +324,25 @@ def _stored_rows(
         F.struct(*props).alias("data"),
         *([F.lit(None).cast(mark).alias("mark")] if mark else []),
     )
-    dead = _of_keys(
-        spark, read_table(spark, paths.tombstones, before[paths.tombstones]), keys
-    ).select(
-        F.lit(False).alias("live"),
-        "id",
-        "version",
-        F.lit(None).cast("timestamp").alias("created"),
-        F.lit(None).cast("timestamp").alias("updated"),
-        F.lit(None).cast(live.schema["data"].dataType).alias("data"),
-        *([F.col("watermark").alias("mark")] if mark else []),
-    )
-    stored: dict[str, dict[str, Any]] = {}
-    for row in live.unionByName(dead).collect():
+    if held is None:
+        live = live.unionByName(
+            _of_keys(
+                spark, read_table(spark, paths.tombstones, before[paths.tombstones]), keys
+            ).select(
+                F.lit(False).alias("live"),
+                "id",
+                "version",
+                F.lit(None).cast("timestamp").alias("created"),
+                F.lit(None).cast("timestamp").alias("updated"),
+                F.lit(None).cast(live.schema["data"].dataType).alias("data"),
+                *([F.col("watermark").alias("mark")] if mark else []),
+            )
+        )
+    stored: dict[str, dict[str, Any]] = {
+        key: {**_NOTHING, "t_version": version, "t_mark": watermark}
+        for key, (version, watermark) in (held or {}).items()
+    }
+    for row in live.collect():
         entry = stored.setdefault(row["id"], dict(_NOTHING))
         if row["live"]:
             entry["s_version"], entry["s_created"] = row["version"], row["created"]

@@ -52,6 +52,7 @@ from streaming.reads import Reader
 from streaming.requests import Operation
 from streaming.tables import BatchCommit
 from streaming.timeline import Timeline
+from streaming.tombstones import DeletedKeys
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,8 @@ class Sink:
     writers: int = 4
     """Tables written side by side (``streaming.parallel``)."""
     sessions: Sessions = field(init=False)
+    deleted: DeletedKeys = field(default_factory=DeletedKeys, init=False)
+    """Small tombstones tables held on the driver between batches (``streaming.tombstones``)."""
     _finished: int | None = field(default=None, init=False)
     """The last batch this sink ran to its end (``replay_possible``)."""
 
@@ -306,6 +309,7 @@ class Sink:
                 commit=write.commit,
                 partitions=self.shuffle_partitions,
                 count=write.count,
+                deleted=self.deleted,
             )
 
         for write, result in zip(objects, self.sessions.map(apply, objects), strict=True):

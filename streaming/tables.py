@@ -265,6 +265,17 @@ def known_version(spark: SparkSession, path: str) -> int:
     return int(_delta_log(spark, path).unsafeVolatileSnapshot().version())
 
 
+def known_size(spark: SparkSession, path: str, version: int) -> int | None:
+    """The table's size in bytes at ``version`` if Delta knows it without a Spark job — from the
+    checksum of the snapshot this process holds, when that is the one at ``version`` — else
+    None."""
+    snapshot = _delta_log(spark, path).unsafeVolatileSnapshot()
+    if int(snapshot.version()) != version:
+        return None
+    checksum = snapshot.checksumOpt()
+    return int(checksum.get().tableSizeBytes()) if checksum.isDefined() else None
+
+
 def table_state(spark: SparkSession, path: str) -> tuple[StructType, dict[str, str]] | None:
     """The schema and table properties of the Delta table at ``path`` from its log on the
     driver (``DeltaTable.detail`` would run a Spark job per table); None if there is none."""
