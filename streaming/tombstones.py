@@ -27,8 +27,9 @@ from streaming.tables import known_size, read_table
 Tombstone = tuple[int, dict[str, Any] | None]
 """A deleted key's tombstone version and the watermark of its delete (None without one)."""
 
-MAX_BYTES = 32 * 1024 * 1024
-"""Tombstones tables up to this size (Parquet bytes, from Delta's checksum) are held whole."""
+MAX_BYTES = 8 * 1024 * 1024
+"""Tombstones tables up to this size (Parquet bytes, from Delta's checksum) are held whole: a few
+hundred thousand deleted keys, some 100 MB of driver memory per table at most (an estimate)."""
 
 
 @dataclass
