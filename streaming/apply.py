@@ -51,6 +51,7 @@ from streaming.core.fold import Change, ChangeKind, Effect, Folded, Stored, fold
 from streaming.faults import crash_point
 from streaming.layout import ObjectTable
 from streaming.retry import on_conflict_retry
+from streaming.sqlfold import fold_rows, supported
 from streaming.tables import (
     BatchCommit,
     append,
@@ -378,8 +379,8 @@ def _apply_large(
     props = [f.name for f in data_schema.fields]
     watermark = tuple(schema.watermark)
     mark = StructType([data_schema[c] for c in watermark]) if watermark else None
-    stored = read_table(spark, paths.current, before[paths.current]).select(
-        F.col("id").alias("s_id"),
+    current = read_table(spark, paths.current, before[paths.current]).select(
+        "id",
         F.col("version").alias("s_version"),
         F.col("created").alias("s_created"),
         F.col("updated").alias("s_updated"),
@@ -393,27 +394,37 @@ def _apply_large(
         .groupBy("id")
         .agg(latest)
         .select(
-            F.col("id").alias("t_id"),
+            "id",
             F.col("t.version").alias("t_version"),
             *([F.col("t.watermark").alias("t_mark")] if mark else []),
         )
     )
-    joined = (
-        changes.withColumn("__at", F.lit(commit.at).cast("timestamp"))
-        .join(stored, changes["id"] == stored["s_id"], "left")
-        .join(tombstones, changes["id"] == tombstones["t_id"], "left")
-        .drop("s_id", "t_id")
-    )
     out_schema = _fold_schema(data_schema, mark)
-    folder = _Folder(watermark)
-    folded = (
-        joined.repartition(partitions, "id")
-        .sortWithinPartitions("id", "__seq")
-        .mapInArrow(folder.partitions(to_arrow_schema(out_schema, timezone="UTC")), out_schema)
-        # Materialised once: the counts, the MERGE and the history append all read this result,
-        # and writing the table must not make Spark recompute it from the table's new state.
-        .localCheckpoint(eager=True)
-    )
+    if supported(data_schema):
+        rows = fold_rows(
+            changes,
+            current,
+            tombstones,
+            data=data_schema,
+            watermark=watermark,
+            at=commit.at,
+            out=out_schema,
+        )
+    else:  # a map-typed property: SQL cannot compare rows, the Python fold can
+        rows = (
+            changes.withColumn("__at", F.lit(commit.at).cast("timestamp"))
+            .join(current, "id", "left")
+            .join(tombstones, "id", "left")
+            .repartition(partitions, "id")
+            .sortWithinPartitions("id", "__seq")
+            .mapInArrow(
+                _Folder(watermark).partitions(to_arrow_schema(out_schema, timezone="UTC")),
+                out_schema,
+            )
+        )
+    # Materialised once: the counts, the MERGE and the history append all read this result,
+    # and writing the table must not make Spark recompute it from the table's new state.
+    folded = rows.localCheckpoint(eager=True)
     counts: dict[tuple[int, Effect], int] = {}
     deletes = 0
     for r in (

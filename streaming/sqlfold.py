@@ -1,0 +1,330 @@
+"""The per-key fold of ``core.fold`` as one Spark SQL expression, run on the JVM.
+
+``core.fold`` stays the definition (and the driver fold of small batches runs it); this module
+says the same thing to Spark so a large wave folds without a Python worker: each key's changes
+are collected into an array sorted by ``__seq``, and ``aggregate`` walks it with the key's
+stored state as the start value — live row or tombstone, version, created/updated, watermark —
+appending a history entry per inserted/updated/deleted change and an effect per change. The
+result is the rows ``apply._Folder.output_rows`` gives (``__row_kind`` effect / state /
+history), so counting and writing do not care which fold ran. A property test feeds both the
+same generated sequences (``tests/integration/test_sqlfold.py``).
+
+Where the two could differ, and why it does not matter here:
+- data equality (``unchanged``) is Spark's ``<=>`` on the row's struct: NaN equals NaN and
+  -0.0 equals 0.0, where Python's ``==`` says NaN differs from itself (an update that
+  changes nothing but a NaN is ``unchanged`` here, ``updated`` there);
+- a schema with a map-typed property cannot be compared in SQL at all: ``supported`` says
+  no, and that table keeps the Python fold;
+- ``aggregate`` copies the accumulated arrays on every step: a key with n changes costs
+  O(n²) element copies (20,000 changes to one key, about a second).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+    ByteType,
+)
+
+from streaming.core.fold import AGGREGATE, MISSING, ChangeKind
+
+_NUMERIC = (ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, DecimalType)
+
+
+def supported(data: StructType) -> bool:
+    """Whether rows of this type can be folded here: no map anywhere (maps do not compare)."""
+
+    def comparable(dtype: DataType) -> bool:
+        if isinstance(dtype, MapType):
+            return False
+        if isinstance(dtype, ArrayType):
+            return comparable(dtype.elementType)
+        if isinstance(dtype, StructType):
+            return all(comparable(f.dataType) for f in dtype.fields)
+        return True
+
+    return comparable(data)
+
+
+def _let(value: Column, body: Callable[[Column], Column]) -> Column:
+    """``body(value)`` with ``value`` evaluated once (a lambda variable bound by ``transform``)."""
+    return F.transform(F.array(value), body)[0]
+
+
+def _none(dtype: DataType) -> Column:
+    return F.lit(None).cast(dtype)
+
+
+def fold_rows(
+    changes: DataFrame,
+    current: DataFrame,
+    tombstones: DataFrame,
+    *,
+    data: StructType,
+    watermark: tuple[str, ...],
+    at: datetime,
+    out: StructType,
+) -> DataFrame:
+    """Fold ``changes`` (``id``, ``__seq``, ``__tx``, ``__kind``, ``__cols``, ``__flags``,
+    ``__version``, ``__created``, ``data``) per key over its stored state — its live row in
+    ``current`` (``id``, ``s_version``, ``s_created``, ``s_updated``, ``s_data``), else its
+    tombstone in ``tombstones`` (one row per key: ``id``, ``t_version`` and, with a watermark,
+    ``t_mark``) — into rows of ``out`` (``apply._fold_schema``)."""
+    props = [f.name for f in data.fields]
+    mark_type = StructType([data[c] for c in watermark]) if watermark else None
+    entry_type = StructType(
+        [
+            StructField("version", LongType()),
+            StructField("created", TimestampType()),
+            StructField("updated", TimestampType()),
+            StructField("deleted", BooleanType()),
+            StructField("op", StringType()),
+            StructField("tx", StringType()),
+            StructField("data", data),
+        ]
+    )
+    effect_type = StructType([StructField("seq", LongType()), StructField("effect", StringType())])
+    acc_type = StructType(
+        [
+            StructField("live", BooleanType()),
+            StructField("data", data),
+            StructField("version", LongType()),
+            StructField("created", TimestampType()),
+            StructField("updated", TimestampType()),
+            *([StructField("mark", mark_type)] if mark_type else []),
+            StructField("history", ArrayType(entry_type)),
+            StructField("effects", ArrayType(effect_type)),
+        ]
+    )
+    now = F.lit(at).cast("timestamp")
+
+    def mark_of(row: Column) -> Column:
+        assert mark_type is not None
+        return F.when(row.isNull(), _none(mark_type)).otherwise(
+            F.struct(*[row[c].alias(c) for c in watermark])
+        )
+
+    grouped = changes.groupBy("id").agg(
+        F.array_sort(
+            F.collect_list(
+                F.struct(
+                    F.col("__seq").alias("seq"),
+                    F.col("__tx").alias("tx"),
+                    F.col("__kind").alias("kind"),
+                    F.col("__cols").alias("cols"),
+                    F.col("__flags").alias("flags"),
+                    F.col("__version").alias("version"),
+                    F.col("__created").alias("created"),
+                    F.col("data"),
+                )
+            ),
+            lambda l, r: F.when(l["seq"] < r["seq"], -1).when(l["seq"] > r["seq"], 1).otherwise(0),
+        ).alias("__changes")
+    )
+    keyed = grouped.join(current, "id", "left").join(tombstones, "id", "left")
+    live = F.col("s_version").isNotNull()
+    start = F.struct(
+        live.alias("live"),
+        F.when(live, F.col("s_data")).otherwise(_none(data)).alias("data"),
+        F.coalesce(F.col("s_version"), F.col("t_version"), F.lit(0).cast("long")).alias("version"),
+        F.col("s_created").alias("created"),
+        F.col("s_updated").alias("updated"),
+        *(
+            [F.when(live, mark_of(F.col("s_data"))).otherwise(F.col("t_mark")).alias("mark")]
+            if mark_type
+            else []
+        ),
+        F.array().cast(ArrayType(entry_type)).alias("history"),
+        F.array().cast(ArrayType(effect_type)).alias("effects"),
+    ).cast(acc_type)
+
+    def flagged(acc: Column, c: Column) -> Column:
+        """The change's data with the extended format's flags applied over the stored row."""
+
+        def value(p: str) -> Column:
+            flag = F.coalesce(c["flags"][p], F.lit(0).cast("long"))
+            old, add = acc["data"][p], c["data"][p]
+            dtype = data[p].dataType
+            if isinstance(dtype, _NUMERIC):
+                summed = old + add
+            elif isinstance(dtype, StringType):
+                summed = F.concat(old, add)
+            else:
+                summed = F.raise_error(F.lit(f"cannot aggregate values of {p} ({dtype})"))
+            aggregated = (
+                F.when(add.isNull(), old).when(old.isNull(), add).otherwise(summed.cast(dtype))
+            )
+            return (
+                F.when((flag.bitwiseAND(MISSING)) != 0, old)
+                .when((flag.bitwiseAND(AGGREGATE)) != 0, aggregated)
+                .otherwise(add)
+                .alias(p)
+            )
+
+        return F.when(c["flags"].isNull(), c["data"]).otherwise(
+            F.struct(*[value(p) for p in props])
+        )
+
+    def written(acc: Column, c: Column, d: Column) -> Column:
+        """The row a write of ``d`` gives: PATCH takes only its columns from ``d``."""
+        patched = F.struct(
+            *[
+                F.when(
+                    c["cols"].isNull() | F.array_contains(c["cols"], p), d[p]
+                ).otherwise(acc["data"][p]).alias(p)
+                for p in props
+            ]
+        )
+        kind = c["kind"]
+        return (
+            F.when(kind == ChangeKind.REPLACE.value, c["data"])
+            .when(kind == ChangeKind.PATCH.value, patched)
+            .otherwise(d)
+        )
+
+    def effect(acc: Column, c: Column, new: Column) -> Column:
+        kind, was = c["kind"], acc["live"]
+        stale = (
+            c["mark"].isNotNull() & acc["mark"].isNotNull() & (c["mark"] < acc["mark"])
+            if mark_type
+            else F.lit(False)
+        )
+        deletes = kind.isin(ChangeKind.DELETE.value, ChangeKind.REPLACE_DELETE.value)
+        return (
+            F.when(stale, "stale")
+            .when(kind == ChangeKind.REPLACE.value, F.when(was, "updated").otherwise("inserted"))
+            .when(deletes, F.when(was, "deleted").otherwise("skipped"))
+            .when((kind == ChangeKind.INSERT_IGNORE.value) & was, "skipped")
+            .when((kind == ChangeKind.PATCH.value) & ~was, "skipped")
+            .when(~was, "inserted")
+            .when(acc["data"].eqNullSafe(new), "unchanged")
+            .otherwise("updated")
+        )
+
+    def step(acc: Column, c: Column, new: Column, eff: Column) -> Column:
+        replace = c["kind"] == ChangeKind.REPLACE.value
+        deleted = eff == "deleted"
+        wrote = eff.isin("inserted", "updated")
+        changed = wrote | deleted
+        version = (
+            F.when(replace, c["version"])
+            .when(deleted, F.coalesce(c["version"], acc["version"] + 1))
+            .otherwise(acc["version"] + 1)
+        )
+        created = (
+            F.when(replace, F.coalesce(c["created"], now))
+            .when(eff == "inserted", now)
+            .otherwise(acc["created"])
+        )
+        entry = F.struct(
+            version.alias("version"),
+            created.alias("created"),
+            now.alias("updated"),
+            deleted.alias("deleted"),
+            F.when(deleted, "d").when(eff == "inserted", "i").otherwise("u").alias("op"),
+            c["tx"].alias("tx"),
+            F.when(deleted, acc["data"]).otherwise(new).alias("data"),
+        )
+        fields = [
+            F.when(changed, ~deleted).otherwise(acc["live"]).alias("live"),
+            F.when(deleted, _none(data))
+            .when(wrote, new)
+            .otherwise(acc["data"])
+            .alias("data"),
+            F.when(changed, version).otherwise(acc["version"]).alias("version"),
+            F.when(changed, created).otherwise(acc["created"]).alias("created"),
+            F.when(changed, now).otherwise(acc["updated"]).alias("updated"),
+        ]
+        if mark_type:
+            moved = F.when(replace, c["mark"]).otherwise(F.coalesce(c["mark"], acc["mark"]))
+            fields.append(F.when(changed, moved).otherwise(acc["mark"]).alias("mark"))
+        return F.struct(
+            *fields,
+            F.when(changed, F.concat(acc["history"], F.array(entry)))
+            .otherwise(acc["history"])
+            .alias("history"),
+            F.concat(
+                acc["effects"], F.array(F.struct(c["seq"].alias("seq"), eff.alias("effect")))
+            ).alias("effects"),
+        )
+
+    def merge(acc: Column, change: Column) -> Column:
+        c = (
+            change.withField("mark", mark_of(change["data"]))
+            if mark_type
+            else change
+        )
+        return _let(
+            written(acc, c, flagged(acc, c)),
+            lambda new: _let(effect(acc, c, new), lambda eff: step(acc, c, new, eff)),
+        )
+
+    folded = keyed.select("id", F.aggregate("__changes", start, merge).alias("f"))
+    return folded.select(F.inline(_rows(folded, out, mark_type is not None)))
+
+
+def _rows(folded: DataFrame, out: StructType, marked: bool) -> Column:
+    """Each key's output rows as an array of ``out`` structs: its effects, then — if it
+    changed — its new state and its history entries."""
+    f, key = F.col("f"), F.col("id")
+
+    def row(**values: Column) -> Column:
+        return F.struct(
+            *[
+                (values[field.name] if field.name in values else _none(field.dataType)).alias(
+                    field.name
+                )
+                for field in out.fields
+            ]
+        )
+
+    effects = F.transform(
+        f["effects"],
+        lambda e: row(__row_kind=F.lit("effect"), id=key, __seq=e["seq"], __effect=e["effect"]),
+    )
+    state = row(
+        __row_kind=F.lit("state"),
+        id=key,
+        version=f["version"],
+        created=f["created"],
+        updated=f["updated"],
+        __deleted=~f["live"],
+        data=f["data"],
+        **({"__mark": f["mark"]} if marked else {}),
+    )
+    history = F.transform(
+        f["history"],
+        lambda h: row(
+            __row_kind=F.lit("history"),
+            id=key,
+            version=h["version"],
+            created=h["created"],
+            updated=h["updated"],
+            __deleted=h["deleted"],
+            __op=h["op"],
+            __tx=h["tx"],
+            data=h["data"],
+        ),
+    )
+    changed = F.size(f["history"]) > 0
+    return F.when(
+        changed, F.concat(effects, F.array(state), history)
+    ).otherwise(effects)
