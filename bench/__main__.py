@@ -1,7 +1,8 @@
-"""``python -m bench [--quick] [--workloads W1,Batch,W2,Scale,Cold] [--output bench/results.json]``.
+"""``python -m bench [--quick] [--workloads W1,Batch,W2,Scale,FullLoad,Cold] [--output FILE]``.
 
-W1K (W1 over a local Kafka broker) and Latency (publish → outcome at a steady rate) are not in
-the default set: ``--workloads W1K,Latency``."""
+W1K (W1 over a local Kafka broker), Latency (publish → outcome at a steady rate), ScaleRandom
+(Scale with the tables' rows in random id order) and Sweep are not in the default set:
+``--workloads W1K,Latency,ScaleRandom``."""
 
 from __future__ import annotations
 
@@ -11,10 +12,21 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.run import render, run
-from bench.sizes import FULL, QUICK
+from bench.sizes import FULL, QUICK, W2_BASELINES
 
-WORKLOADS = ("W1", "Batch", "W1K", "W2", "Scale", "Sweep", "Cold", "Latency")
-DEFAULT = ("W1", "Batch", "W2", "Scale", "Cold")
+WORKLOADS = (
+    "W1",
+    "Batch",
+    "W1K",
+    "W2",
+    "Scale",
+    "ScaleRandom",
+    "FullLoad",
+    "Sweep",
+    "Cold",
+    "Latency",
+)
+DEFAULT = ("W1", "Batch", "W2", "Scale", "FullLoad", "Cold")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +44,37 @@ def main(argv: list[str] | None = None) -> int:
         "--w1-transactions",
         type=int,
         help="W1: apply only the first N transactions of the generated stream (same data)",
+    )
+    parser.add_argument("--w2-changes", type=int, help="W2, Scale, ScaleRandom: DMS changes")
+    parser.add_argument(
+        "--w2-rows",
+        type=int,
+        help="W2: rows of the table before the run; the changes of W2, Scale and ScaleRandom "
+        "update and delete keys of this range",
+    )
+    parser.add_argument("--w2-files", type=int, help="W2, Scale, ScaleRandom: DMS files")
+    parser.add_argument(
+        "--w2-baselines",
+        metavar="NAME,...",
+        help=f"W2: the baselines to run beside ours, of {','.join(W2_BASELINES)} "
+        "('deltars' = both delta-rs ones, 'none' = ours only; default: all)",
+    )
+    parser.add_argument(
+        "--scale-rows",
+        metavar="SMALL,LARGE",
+        help="Scale and ScaleRandom: the two table sizes (default 1000000,10000000; "
+        "quick: 100000,1000000)",
+    )
+    parser.add_argument(
+        "--rows-per-file",
+        type=int,
+        help="seeded tables: rows per data file (250,000; smaller to see several files in a "
+        "tiny run)",
+    )
+    parser.add_argument(
+        "--full-load-rows",
+        type=int,
+        help="FullLoad: rows of the DMS full-load file (1,000,000; quick: 100,000)",
     )
     parser.add_argument(
         "--latency-rate", type=float, help="Latency: transactions published per second (50)"
@@ -107,6 +150,22 @@ def main(argv: list[str] | None = None) -> int:
         sizes = replace(sizes, batch_threads=False)
     if args.no_cold_plain:
         sizes = replace(sizes, cold_plain=False)
+    for flag, field in (
+        ("w2_changes", "w2_changes"),
+        ("w2_rows", "w2_table_rows"),
+        ("w2_files", "w2_files"),
+        ("full_load_rows", "full_load_rows"),
+        ("rows_per_file", "rows_per_file"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            if value < 1:
+                parser.error(f"--{flag.replace('_', '-')}: expected a positive number")
+            sizes = replace(sizes, **{field: value})
+    if args.w2_baselines is not None:
+        sizes = replace(sizes, w2_baselines=_w2_baselines(args.w2_baselines, parser))
+    if args.scale_rows:
+        sizes = replace(sizes, scale_rows=_scale_rows(args.scale_rows, parser))
     latency = {
         "latency_rate": args.latency_rate,
         "latency_seconds": args.latency_seconds,
@@ -128,6 +187,26 @@ def _batch_runs(text: str, parser: argparse.ArgumentParser) -> tuple[tuple[int, 
             parser.error(f"--batch: expected N x B with B >= 2, e.g. 25x6, not {part!r}")
         runs.append((int(per_batch), int(batches)))
     return tuple(runs)
+
+
+def _w2_baselines(text: str, parser: argparse.ArgumentParser) -> tuple[str, ...]:
+    """``plain,append`` → ("plain", "append") in ``W2_BASELINES``' order; ``deltars`` = both
+    delta-rs baselines, ``none`` = none."""
+    names = {n.strip() for n in text.split(",") if n.strip()} - {"none"}
+    if "deltars" in names:
+        names = (names - {"deltars"}) | {"deltars_per_file", "deltars_all"}
+    unknown = sorted(names - set(W2_BASELINES))
+    if unknown:
+        parser.error(f"--w2-baselines: unknown {unknown}; choose from {W2_BASELINES}")
+    return tuple(n for n in W2_BASELINES if n in names)
+
+
+def _scale_rows(text: str, parser: argparse.ArgumentParser) -> tuple[int, int]:
+    """``20000,50000`` → (20000, 50000)."""
+    parts = [p.strip().replace("_", "") for p in text.split(",") if p.strip()]
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        parser.error(f"--scale-rows: expected SMALL,LARGE, e.g. 20000,50000, not {text!r}")
+    return int(parts[0]), int(parts[1])
 
 
 if __name__ == "__main__":

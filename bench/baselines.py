@@ -3,7 +3,10 @@
 - **naive**: a streaming query whose ``foreachBatch`` runs one Delta MERGE per transaction (the
   upsert-from-streaming pattern of the Delta docs), over the same landing files;
 - **append**: a blind Delta append of the same rows (the limit: no read of the table at all);
-- **delta-rs**: the ``deltalake`` package's MERGE of the same change sets, without Spark.
+- **delta-rs**: the ``deltalake`` package's MERGE of the same change sets, without Spark;
+- **plain** (W2): one streaming micro-batch of every DMS file, one Delta MERGE of each key's
+  latest change (``bench.plain`` is W1's plain, the same pattern per micro-batch);
+- **full-load append** (FullLoad): a batch Spark read of the full-load file appended to Delta.
 
 The baselines keep no history, tombstones, ledger or outcomes; they do bump ``version``, set
 ``updated`` and recompute ``hash`` like a user keeping those columns would. W2's baselines
@@ -364,6 +367,56 @@ def naive_w2(spark: SparkSession, root: Path, zone: Path, table: str) -> Baselin
     return run
 
 
+def _latest_of_all(df: DataFrame) -> DataFrame:
+    """One row per key over several files: the largest TS; on a tie the later row (the later
+    file name, then the later row in the file), the order the DMS files were written in."""
+    order = Window.partitionBy("ID").orderBy(
+        F.col("TS").desc(), F.col("__file").desc(), F.col("__row").desc()
+    )
+    return (
+        df.withColumn("__rank", F.row_number().over(order))
+        .where("__rank = 1")
+        .drop("__rank", "__file", "__row")
+    )
+
+
+def plain_w2(spark: SparkSession, root: Path, zone: Path, table: str) -> BaselineRun:
+    """What a user writes instead of our job: a streaming query over the DMS zone (every file
+    in one micro-batch), whose ``foreachBatch`` keeps each key's latest change and runs ONE
+    Delta MERGE of all of them, ``s.TS >= t.ts`` guarding stale changes (as naive does).
+    ``transactions`` counts its micro-batches (one MERGE each): 1 when all went in one."""
+    run = BaselineRun(0.0, 0, 0)
+    update, insert = _w2_merge_sets()
+    stream = (
+        spark.readStream.schema(DMS_SCHEMA)
+        .option("recursiveFileLookup", "true")
+        .option("pathGlobFilter", "*.parquet")
+        .parquet(str(zone))
+        .select(
+            "*",
+            F.col("_metadata.file_name").alias("__file"),
+            F.col("_metadata.row_index").alias("__row"),
+        )
+    )
+
+    def batch(df: DataFrame, _batch_id: int) -> None:
+        started = time.perf_counter()
+        (
+            DeltaTable.forPath(spark, table)
+            .alias("t")
+            .merge(_latest_of_all(df).alias("s"), "t.id = s.ID")
+            .whenMatchedDelete(condition="s.Op = 'D' AND s.TS >= t.ts")
+            .whenMatchedUpdate(condition="s.Op <> 'D' AND s.TS >= t.ts", set=update)
+            .whenNotMatchedInsert(condition="s.Op <> 'D'", values=insert)
+            .execute()
+        )
+        run.per_item.append(time.perf_counter() - started)
+        run.transactions += 1
+
+    run.seconds = _run_stream(stream, root / "checkpoints" / "plain", batch)
+    return run
+
+
 def append_w2(spark: SparkSession, root: Path, zone: Path, bronze: Path) -> BaselineRun:
     """The limit: the DMS files' rows appended as they are by a streaming Delta sink."""
     started = time.perf_counter()
@@ -444,3 +497,10 @@ def deltars_w2(paths: Sequence[Path], table: str, *, per_file: bool) -> Baseline
         run.transactions += len(group)
     run.seconds = time.perf_counter() - started
     return run
+
+
+def append_full_load(spark: SparkSession, path: Path, target: Path) -> BaselineRun:
+    """FullLoad's limit: the full-load file read by Spark and appended to a new Delta table."""
+    started = time.perf_counter()
+    spark.read.parquet(str(path)).write.format("delta").mode("append").save(str(target))
+    return BaselineRun(time.perf_counter() - started, 1, 0)

@@ -20,13 +20,23 @@ def say(message: str) -> None:
 
 
 def seed_tables(
-    spark: SparkSession, job: Job, dataset: str, schemas: Sequence[str], rows: int, sizes: Sizes
+    spark: SparkSession,
+    job: Job,
+    dataset: str,
+    schemas: Sequence[str],
+    rows: int,
+    sizes: Sizes,
+    *,
+    shuffled: bool = False,
 ) -> dict[str, str]:
-    """Seed each schema's current table; returns schema → table path."""
+    """Seed each schema's current table (``shuffled``: rows in random id order across the
+    files, see ``data.write_seed``); returns schema → table path. With 0 rows the tables stay
+    as ``Job.create`` made them: empty."""
     paths = {}
     for schema in schemas:
         path = job.layout.table(dataset, schema)
-        data.write_seed(spark, path, schema, rows, sizes.rows_per_file)
+        if rows > 0:
+            data.write_seed(spark, path, schema, rows, sizes.rows_per_file, shuffled=shuffled)
         paths[schema] = path
     return paths
 

@@ -112,10 +112,27 @@ def seed_rows(spark: SparkSession, schema: str, rows: int, files: int) -> DataFr
     )
 
 
-def write_seed(spark: SparkSession, path: str, schema: str, rows: int, rows_per_file: int) -> int:
-    """Append the seed rows to the (empty) current table at ``path``; returns the file count."""
+def write_seed(
+    spark: SparkSession,
+    path: str,
+    schema: str,
+    rows: int,
+    rows_per_file: int,
+    *,
+    shuffled: bool = False,
+) -> int:
+    """Append the seed rows to the (empty) current table at ``path``; returns the file count.
+
+    The files hold about ``rows_per_file`` rows each: in id order (each file a narrow id range,
+    as a first full load writes them, so Delta's data skipping finds a key's file), or with
+    ``shuffled`` in a random id order fixed by ``SEED`` (each row's file and place in it by a
+    hash of its id: every file spans the whole id range and no file can be skipped)."""
     files = max(1, -(-rows // rows_per_file))
-    seed_rows(spark, schema, rows, files).write.format("delta").mode("append").save(path)
+    rows_df = seed_rows(spark, schema, rows, files)
+    if shuffled:
+        spot = F.xxhash64(F.col("id"), F.lit(SEED))
+        rows_df = rows_df.repartitionByRange(files, spot).sortWithinPartitions(spot)
+    rows_df.write.format("delta").mode("append").save(path)
     return files
 
 
@@ -255,3 +272,27 @@ def write_dms_files(folder: Path, rows: Sequence[dict[str, Any]], files: int) ->
         os.utime(path, (stamp, stamp))
         paths.append(path)
     return paths
+
+
+# -- FullLoad: the initial load --------------------------------------------------------------
+FULL_LOAD_FILE = "LOAD00000001.parquet"
+"""The name AWS DMS gives a table's first full-load file."""
+
+
+def write_full_load(folder: Path, rows: int, seed: int = SEED) -> Path:
+    """One DMS full-load Parquet file of ``rows`` rows of W2's columns: unique ids
+    ``a000000000``, ``a000000001``, ... in order, ``Op`` = 'I' on every row, ``TS`` 0..999."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed + 3)
+    columns: dict[str, list[Any]] = {
+        "ID": [key(W2_PREFIX, n) for n in range(rows)],
+        "OWNER": [f"owner-{rng.randrange(50_000)}" for _ in range(rows)],
+        "BALANCE": [rng.randrange(1_000_000) for _ in range(rows)],
+        "STATUS": [STATUSES[rng.randrange(len(STATUSES))] for _ in range(rows)],
+        "TS": [rng.randrange(1_000) for _ in range(rows)],
+        "Op": ["I"] * rows,
+    }
+    path = folder / FULL_LOAD_FILE
+    pq.write_table(pa.table(columns, schema=pa.schema(DMS_TYPES)), path)
+    os.utime(path, (EPOCH, EPOCH))
+    return path

@@ -1,6 +1,8 @@
 """The runner: workloads W1 (many small transactions), Batch (the cost of one micro-batch), W2
-(bulk DMS), Scale and Cold (the first batch of a fresh process), ours and the baselines side by
-side on one SparkSession, then a table of numbers and ratios.
+(bulk DMS), Scale and ScaleRandom (W2 into a small and a large table, rows in id order or in
+random id order), FullLoad (one DMS full-load file into an empty table) and Cold (the first
+batch of a fresh process), ours and the baselines side by side on one SparkSession, then a
+table of numbers and ratios.
 
 Every contender gets its own copy of the same seeded tables and reads the same data files.
 Machine noise (the machine is shared) moves every contender of a run alike: compare ratios.
@@ -51,9 +53,15 @@ def _copy(source: str, target: Path) -> str:
     return str(target)
 
 
-def _rows(table: str) -> int:
+def _rows(table: str, column: str = "id") -> int:
     """Rows of a Delta table (read with delta-rs, after the timed part)."""
-    return int(deltalake.DeltaTable(table).to_pyarrow_table(columns=["id"]).num_rows)
+    return int(deltalake.DeltaTable(table).to_pyarrow_table(columns=[column]).num_rows)
+
+
+def _keys(table: str) -> set[str]:
+    """The ids of a Delta table (read with delta-rs, after the timed part)."""
+    ids = deltalake.DeltaTable(table).to_pyarrow_table(columns=["id"]).column("id")
+    return {str(k) for k in ids.to_pylist()}
 
 
 # -- W1 ----------------------------------------------------------------------------------------
@@ -190,6 +198,11 @@ def w1k(
 
 
 # -- W2 and Scale ------------------------------------------------------------------------------
+def _dms_folder(ws: Workspace) -> Path:
+    """W2's table's folder in the DMS landing zone: ``<zone>/<dataset>/<schema path>``."""
+    return ws.dms / data.W2_DATASET / Path(*data.W2_SCHEMA.split("."))
+
+
 def _w2_workspace(
     spark: SparkSession,
     base: Path,
@@ -197,103 +210,176 @@ def _w2_workspace(
     changes: list[dict[str, Any]],
     table_rows: int,
     sizes: Sizes,
+    *,
+    shuffled: bool = False,
 ) -> tuple[Workspace, Job, list[Path], str]:
     ws = Workspace(base / name, data.W2_DATASET, data.W2_YAML)
-    folder = ws.dms / data.W2_DATASET / Path(*data.W2_SCHEMA.split("."))
-    paths = data.write_dms_files(folder, changes, sizes.w2_files)
+    paths = data.write_dms_files(_dms_folder(ws), changes, sizes.w2_files)
     job = Job.create(spark, ws.config(landing={"dms": "./landing/dms"}))
-    table = seed_tables(spark, job, data.W2_DATASET, [data.W2_SCHEMA], table_rows, sizes)[
-        data.W2_SCHEMA
-    ]
+    table = seed_tables(
+        spark, job, data.W2_DATASET, [data.W2_SCHEMA], table_rows, sizes, shuffled=shuffled
+    )[data.W2_SCHEMA]
     return ws, job, paths, table
 
 
+W2_LABELS = {
+    "naive": "naive MERGE per DMS file",
+    "plain_merge": "plain, one MERGE of all changes",
+    "append": "blind append",
+    "deltars_per_file": "delta-rs MERGE per file",
+    "deltars_all": "delta-rs MERGE, all at once",
+}
+"""W2's baselines as results keys (``plain`` is ``plain_merge`` there) and as rows of the table."""
+
+
 def w2(spark: SparkSession, sizes: Sizes, base: Path) -> tuple[dict[str, Any], OurRun]:
+    chosen = set(sizes.w2_baselines)
     changes = data.w2_changes(sizes.w2_changes, sizes.w2_table_rows)
     say(
         f"W2: seeding {sizes.w2_table_rows:,} rows; {len(changes):,} changes in "
-        f"{sizes.w2_files} DMS files"
+        f"{sizes.w2_files} DMS files; baselines {', '.join(sizes.w2_baselines) or 'none'}"
     )
     ws, job, paths, table = _w2_workspace(spark, base, "w2", changes, sizes.w2_table_rows, sizes)
-    copies = {
+    copies: dict[str, str] = {
         name: _copy(table, base / "w2-tables" / name)
-        for name in ("naive", "deltars-file", "deltars-all")
+        for name in ("naive", "plain", "deltars_per_file", "deltars_all")
+        if name in chosen
     }
-    for name in ("deltars-file", "deltars-all"):
-        baselines.without_change_feed(copies[name])
+    for name in ("deltars_per_file", "deltars_all"):
+        if name in copies:
+            baselines.without_change_feed(copies[name])
     say("W2: ours")
     ours = run_job(spark, job)
     say(f"W2: ours {ours.seconds:.1f}s {ours.counts}")
-    say("W2: naive, one MERGE per DMS file")
-    naive = baselines.naive_w2(spark, base / "w2-naive", ws.dms, copies["naive"])
-    say(f"W2: naive {naive.seconds:.1f}s")
-    say("W2: blind append")
-    append = baselines.append_w2(spark, base / "w2-append", ws.dms, base / "w2-append" / "bronze")
-    say(f"W2: append {append.seconds:.1f}s")
-    say("W2: delta-rs MERGE per file, then of all changes at once")
-    rs_file = baselines.deltars_w2(paths, copies["deltars-file"], per_file=True)
-    rs_all = baselines.deltars_w2(paths, copies["deltars-all"], per_file=False)
-    say(f"W2: delta-rs {rs_file.seconds:.1f}s per file, {rs_all.seconds:.1f}s all at once")
+    runs: dict[str, baselines.BaselineRun] = {}
+    if "plain" in chosen:
+        say("W2: plain, one streaming micro-batch of every DMS file, one MERGE of all changes")
+        runs["plain_merge"] = baselines.plain_w2(spark, base / "w2-plain", ws.dms, copies["plain"])
+        say(f"W2: plain one MERGE {runs['plain_merge'].seconds:.1f}s")
+    if "naive" in chosen:
+        say("W2: naive, one MERGE per DMS file")
+        runs["naive"] = baselines.naive_w2(spark, base / "w2-naive", ws.dms, copies["naive"])
+        say(f"W2: naive {runs['naive'].seconds:.1f}s")
+    if "append" in chosen:
+        say("W2: blind append")
+        runs["append"] = baselines.append_w2(
+            spark, base / "w2-append", ws.dms, base / "w2-append" / "bronze"
+        )
+        say(f"W2: append {runs['append'].seconds:.1f}s")
+    for name, per_file in (("deltars_per_file", True), ("deltars_all", False)):
+        if name in chosen:
+            say(f"W2: delta-rs MERGE {'per file' if per_file else 'of all changes at once'}")
+            runs[name] = baselines.deltars_w2(paths, copies[name], per_file=per_file)
+            say(f"W2: delta-rs {runs[name].seconds:.1f}s")
 
-    rows_after = {
-        "ours": _rows(table),
-        "naive": _rows(copies["naive"]),
-        "deltars_per_file": _rows(copies["deltars-file"]),
-        "deltars_all": _rows(copies["deltars-all"]),
-    }
+    rows_after = {"ours": _rows(table)}
+    for name, path in copies.items():
+        rows_after["plain_merge" if name == "plain" else name] = _rows(path)
     say(f"W2: rows after: {rows_after}")
+    keys_diff = None
+    if "plain" in copies:
+        ours_keys, plain_keys = _keys(table), _keys(copies["plain"])
+        keys_diff = {
+            "only_ours": len(ours_keys - plain_keys),
+            "only_plain": len(plain_keys - ours_keys),
+        }
+        say(f"W2: keys of ours and plain one MERGE differ by {keys_diff}")
     n = len(changes)
-    rates = {
-        "ours": rate(n, ours.seconds),
-        "naive": rate(n, naive.seconds),
-        "append": rate(n, append.seconds),
-        "deltars_per_file": rate(n, rs_file.seconds),
-        "deltars_all": rate(n, rs_all.seconds),
-    }
-    result = {
+    ours_rate = rate(n, ours.seconds)
+    rates = {name: rate(n, run.seconds) for name, run in runs.items()}
+    result: dict[str, Any] = {
         "changes": n,
         "table_rows": sizes.w2_table_rows,
         "files": len(paths),
+        "baselines": list(sizes.w2_baselines),
         "rows_after": rows_after,
-        "ours": {**ours.as_json(), "changes_per_s": round(rates["ours"], 1)},
-        "naive": {**naive.as_json(), "changes_per_s": round(rates["naive"], 1)},
-        "append": {**append.as_json(), "changes_per_s": round(rates["append"], 1)},
-        "deltars_per_file": {
-            **rs_file.as_json(),
-            "changes_per_s": round(rates["deltars_per_file"], 1),
+        **({"keys_vs_plain_merge": keys_diff} if keys_diff is not None else {}),
+        "ours": {**ours.as_json(), "changes_per_s": round(ours_rate, 1)},
+        **{
+            name: {**run.as_json(), "changes_per_s": round(rates[name], 1)}
+            for name, run in runs.items()
         },
-        "deltars_all": {**rs_all.as_json(), "changes_per_s": round(rates["deltars_all"], 1)},
-        "ratios": {
-            f"ours_vs_{k}": round(rate(rates["ours"], v), 3)
-            for k, v in rates.items()
-            if k != "ours"
-        },
+        "ratios": {f"ours_vs_{k}": round(rate(ours_rate, v), 3) for k, v in rates.items()},
     }
+    if "plain_merge" in runs:
+        result["ratios"]["ours_time_vs_plain_merge"] = round(
+            rate(ours.seconds, runs["plain_merge"].seconds), 3
+        )
     return result, ours
 
 
 def scale(
-    spark: SparkSession, sizes: Sizes, base: Path, reuse: tuple[int, OurRun] | None
+    spark: SparkSession,
+    sizes: Sizes,
+    base: Path,
+    reuse: tuple[int, OurRun] | None,
+    *,
+    shuffled: bool = False,
 ) -> dict[str, Any]:
+    """Scale (``shuffled``: ScaleRandom, the tables' rows in random id order across files; W2's
+    run is then never reused, its table is in id order)."""
+    label = "ScaleRandom" if shuffled else "Scale"
     changes = data.w2_changes(sizes.w2_changes, sizes.w2_table_rows)
     runs: dict[int, OurRun] = {}
     for rows in sizes.scale_rows:
-        if reuse and reuse[0] == rows:
-            say(f"Scale: {rows:,} rows = W2's run")
+        if reuse and reuse[0] == rows and not shuffled:
+            say(f"{label}: {rows:,} rows = W2's run")
             runs[rows] = reuse[1]
             continue
-        say(f"Scale: seeding {rows:,} rows")
-        ws, job, _, _ = _w2_workspace(spark, base, f"scale-{rows}", changes, rows, sizes)
-        say(f"Scale: ours against {rows:,} rows")
+        say(f"{label}: seeding {rows:,} rows{' in random id order' if shuffled else ''}")
+        ws, job, _, _ = _w2_workspace(
+            spark, base, f"{label.lower()}-{rows}", changes, rows, sizes, shuffled=shuffled
+        )
+        say(f"{label}: ours against {rows:,} rows")
         runs[rows] = run_job(spark, job)
-        say(f"Scale: {runs[rows].seconds:.1f}s")
+        say(f"{label}: {runs[rows].seconds:.1f}s")
         ws.remove()
     small, large = sizes.scale_rows
     return {
         "changes": len(changes),
+        "shuffled": shuffled,
         "runs": {str(r): run.as_json() for r, run in runs.items()},
         "time_ratio": round(runs[large].seconds / runs[small].seconds, 3),
         "rows_ratio": large / small,
+    }
+
+
+def full_load(spark: SparkSession, sizes: Sizes, base: Path) -> dict[str, Any]:
+    """The initial load: one DMS full-load file into W2's table, created empty by the job (ours),
+    against a blind Spark read + Delta append of the same file to a new table."""
+    n = sizes.full_load_rows
+    ws = Workspace(base / "full-load", data.W2_DATASET, data.W2_YAML)
+    say(f"FullLoad: writing one DMS full-load file of {n:,} rows")
+    path = data.write_full_load(_dms_folder(ws), n)
+    file_mib = round(path.stat().st_size / 2**20, 2)
+    job = Job.create(spark, ws.config(landing={"dms": "./landing/dms"}))
+    table = seed_tables(spark, job, data.W2_DATASET, [data.W2_SCHEMA], 0, sizes)[data.W2_SCHEMA]
+    before = _rows(table)
+    if before:
+        raise RuntimeError(f"FullLoad: the table should start empty, it holds {before:,} rows")
+    say(f"FullLoad: ours, {n:,} rows into an empty table")
+    ours = run_job(spark, job)
+    say(f"FullLoad: ours {ours.seconds:.1f}s {ours.counts}")
+    target = base / "full-load-append"
+    say("FullLoad: blind append (Spark read of the file, Delta append to a new table)")
+    append = baselines.append_full_load(spark, path, target)
+    append.rows = n
+    say(f"FullLoad: append {append.seconds:.1f}s")
+    rows_after = {"ours": _rows(table), "append": _rows(str(target), "ID")}
+    say(f"FullLoad: rows after: {rows_after}")
+    ws.remove()
+    shutil.rmtree(target, ignore_errors=True)
+    ours_rate, append_rate = rate(n, ours.seconds), rate(n, append.seconds)
+    return {
+        "rows": n,
+        "file_mib": file_mib,
+        "rows_after": rows_after,
+        "ours": {**ours.as_json(), "rows_per_s": round(ours_rate, 1)},
+        "append": {**append.as_json(), "rows_per_s": round(append_rate, 1)},
+        "ratios": {
+            "ours_vs_append": round(rate(ours_rate, append_rate), 3),
+            "ours_time_vs_append": round(rate(ours.seconds, append.seconds), 3),
+        },
     }
 
 
@@ -355,36 +441,65 @@ def warm_up(spark: SparkSession, base: Path) -> None:
 
 TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float | None], str, float]] = [
     (
+        "W1",
         "W1 vs naive per-transaction MERGE",
-        "x",
         lambda r: _get(r, "W1", "ratios", "ours_vs_naive_tx"),
         ">=",
         100.0,
     ),
     (
+        "Batch",
         "Batch 25: ours / plain",
-        "x",
         lambda r: _get(r, "Batch", "runs", "25", "ratios", "ours_vs_plain"),
         "<=",
         1.5,
     ),
-    ("W2 vs blind append", "x", lambda r: _get(r, "W2", "ratios", "ours_vs_append"), ">=", 0.5),
+    ("W2", "W2 vs blind append", lambda r: _get(r, "W2", "ratios", "ours_vs_append"), ">=", 0.5),
     (
+        "W2",
         "W2 vs delta-rs MERGE (all at once)",
-        "x",
         lambda r: _get(r, "W2", "ratios", "ours_vs_deltars_all"),
         ">=",
         1.0,
     ),
     (
+        "W2",
         "W2 vs delta-rs MERGE (per file)",
-        "x",
         lambda r: _get(r, "W2", "ratios", "ours_vs_deltars_per_file"),
         ">=",
         1.0,
     ),
-    ("Scale: time large / small table", "x", lambda r: _get(r, "Scale", "time_ratio"), "<=", 1.5),
+    (
+        "W2",
+        "W2: ours time / plain one MERGE time",
+        lambda r: _get(r, "W2", "ratios", "ours_time_vs_plain_merge"),
+        "<=",
+        1.5,
+    ),
+    (
+        "Scale",
+        "Scale: time large / small table",
+        lambda r: _get(r, "Scale", "time_ratio"),
+        "<=",
+        1.5,
+    ),
+    (
+        "ScaleRandom",
+        "ScaleRandom: time large / small table",
+        lambda r: _get(r, "ScaleRandom", "time_ratio"),
+        "<=",
+        1.5,
+    ),
+    (
+        "FullLoad",
+        "FullLoad: ours time / blind append time",
+        lambda r: _get(r, "FullLoad", "ratios", "ours_time_vs_append"),
+        "<=",
+        3.0,
+    ),
 ]
+"""(workload, name, value, comparison, bound): a target of a workload that ran but whose value
+is missing (its baseline was not run, or the results file predates it) is shown as "not run"."""
 
 
 LATENCY_P50_TARGET = 5.0
@@ -504,22 +619,67 @@ def render(results: dict[str, Any]) -> str:
             f"W2: {r['changes']:,} DMS changes in {r['files']} files into {r['table_rows']:,} rows"
         )
         row("W2", "ours (DMS landing zone)", r["ours"], None)
-        row("W2", "naive MERGE per DMS file", r["naive"], ratios["ours_vs_naive"])
-        row("W2", "blind append", r["append"], ratios["ours_vs_append"])
-        row(
-            "W2",
-            "delta-rs MERGE per file",
-            r["deltars_per_file"],
-            ratios["ours_vs_deltars_per_file"],
-        )
-        row("W2", "delta-rs MERGE, all at once", r["deltars_all"], ratios["ours_vs_deltars_all"])
-    if "Scale" in results:
-        r = results["Scale"]
+        for key, label in W2_LABELS.items():
+            if key in r:
+                row("W2", label, r[key], ratios.get(f"ours_vs_{key}"))
+        missing = [label for key, label in W2_LABELS.items() if key not in r]
+        if missing:
+            lines.append(f"W2       not run: {'; '.join(missing)}")
+        time_ratio = ratios.get("ours_time_vs_plain_merge")
+        if time_ratio is not None:
+            merges = r["plain_merge"].get("merge_seconds", {}).get("count", 1)
+            lines.append(
+                f"W2       time ours / plain one MERGE: {r['ours']['seconds']:.1f}s / "
+                f"{r['plain_merge']['seconds']:.1f}s = {time_ratio:.2f}x"
+                + (f" (plain ran {merges} micro-batches, not one)" if merges != 1 else "")
+            )
+        if "rows_after" in r:
+            after = r["rows_after"]
+            names = {
+                "plain_merge": "plain one MERGE",
+                "deltars_per_file": "delta-rs per file",
+                "deltars_all": "delta-rs all at once",
+            }
+            lines.append(
+                "W2       rows after: "
+                + ", ".join(f"{names.get(k, k)} {v:,}" for k, v in after.items())
+                + ("" if len(set(after.values())) <= 1 else "  (DIFFER)")
+            )
+        diff = r.get("keys_vs_plain_merge")
+        if diff is not None:
+            lines.append(
+                f"W2       keys only in ours {diff['only_ours']:,}, only in plain one MERGE "
+                f"{diff['only_plain']:,}"
+            )
+    for work in ("Scale", "ScaleRandom"):
+        if work not in results:
+            continue
+        r = results[work]
+        order = "rows in random id order, " if work == "ScaleRandom" else ""
         for rows, run in r["runs"].items():
             lines.append(
-                f"Scale    ours, W2 changes into {int(rows):>12,} rows {run['seconds']:>9.1f}s"
+                f"{work:<8} ours, W2 changes into {int(rows):>12,} rows {run['seconds']:>9.1f}s"
             )
-        lines.append(f"Scale    time ratio {r['time_ratio']:.2f}x for {r['rows_ratio']:.0f}x rows")
+        lines.append(
+            f"{work:<8} time ratio {r['time_ratio']:.2f}x for {r['rows_ratio']:g}x rows "
+            f"({order}{r['changes']:,} changes)"
+        )
+    if "FullLoad" in results:
+        r = results["FullLoad"]
+        ratios = r["ratios"]
+        lines.append(
+            f"FullLoad: one DMS full-load file of {r['rows']:,} rows ({r['file_mib']:.1f} MiB, "
+            "Op = 'I', unique ids) into an empty table"
+        )
+        row("FullLoad", "ours (DMS landing zone)", r["ours"], None)
+        row("FullLoad", "blind append (Spark read + append)", r["append"], ratios["ours_vs_append"])
+        after = r["rows_after"]
+        lines.append(
+            f"FullLoad time ours / append: {r['ours']['seconds']:.1f}s / "
+            f"{r['append']['seconds']:.1f}s = {ratios['ours_time_vs_append']:.2f}x; rows after: "
+            f"ours {after['ours']:,}, append {after['append']:,}"
+            + ("" if after["ours"] == after["append"] == r["rows"] else "  (DIFFER)")
+        )
     if "Cold" in results:
         lines += cold.render_lines(results["Cold"])
     for per_batch, entry in results.get("Sweep", {}).items():
@@ -527,16 +687,18 @@ def render(results: dict[str, Any]) -> str:
             f"Sweep    ours, {int(per_batch):>4} transactions per batch {entry['seconds']:>9.1f}s "
             f"{entry['transactions_per_s']:>7.2f} tx/s"
         )
-    for work in ("W1", "W1K", "W2"):
+    for work in ("W1", "W1K", "W2", "FullLoad"):
         if work in results:
             lines += ["", *profile_lines(f"{work} ours", results[work]["ours"])]
     if "Batch" in results:
         for size in results["Batch"]["runs"]:
             lines += ["", *batch.profile_lines(results["Batch"], size)]
     lines += ["", "targets:"]
-    for name, _unit, get, op, bound in TARGETS:
+    for work, name, get, op, bound in TARGETS:
         value = get(results)
         if value is None:
+            if work in results:
+                lines.append(f"  {name:<40} {'':>9}  (target {op} {bound}x)  not run")
             continue
         met = value >= bound if op == ">=" else value <= bound
         lines.append(
@@ -656,11 +818,17 @@ def run(
         if "W2" in workloads:
             results["W2"], ours = w2(spark, sizes, base)
             reuse = (sizes.w2_table_rows, ours)
-            for name in ("w2", "w2-tables", "w2-naive", "w2-append"):
+            for name in ("w2", "w2-tables", "w2-naive", "w2-plain", "w2-append"):
                 shutil.rmtree(base / name, ignore_errors=True)
             _write(output, results)
         if "Scale" in workloads:
             results["Scale"] = scale(spark, sizes, base, reuse)
+            _write(output, results)
+        if "ScaleRandom" in workloads:
+            results["ScaleRandom"] = scale(spark, sizes, base, None, shuffled=True)
+            _write(output, results)
+        if "FullLoad" in workloads:
+            results["FullLoad"] = full_load(spark, sizes, base)
             _write(output, results)
         if "Sweep" in workloads:
             results["Sweep"] = sweep(spark, sizes, base)

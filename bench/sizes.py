@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+W2_BASELINES = ("naive", "plain", "append", "deltars_per_file", "deltars_all")
+"""W2's baselines: naive MERGE per DMS file, plain one MERGE of all changes, blind append,
+delta-rs MERGE per file, delta-rs MERGE of all changes at once."""
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -26,7 +30,7 @@ class Sizes:
     w2_files: int
     """W2: DMS files the changes are spread over (one transaction each)."""
     scale_rows: tuple[int, int]
-    """Scale: W2's changes against tables of these sizes (ours only)."""
+    """Scale and ScaleRandom: W2's changes against tables of these sizes (ours only)."""
     rows_per_file: int = 250_000
     """Seeded tables are written as files of about this many rows."""
     sweep: tuple[int, ...] = (100, 500, 1000)
@@ -52,6 +56,11 @@ class Sizes:
     """Batch: also run plain with the tables' MERGEs from threads."""
     cold_plain: bool = True
     """Cold: also time plain's first batch in a fresh process."""
+    w2_baselines: tuple[str, ...] = W2_BASELINES
+    """W2: the baselines run beside ours (``W2_BASELINES``; absent ones are reported "not run")."""
+    full_load_rows: int = 1_000_000
+    """FullLoad: rows of the one DMS full-load file (unique ids, ``Op`` = 'I') loaded into an
+    empty table."""
 
 
 FULL = Sizes(
@@ -82,4 +91,5 @@ QUICK = Sizes(
     batch_runs=((25, 6), (500, 3)),
     latency_seconds=20.0,
     latency_drain=240.0,
+    full_load_rows=100_000,
 )
