@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
+    ByteType,
     DataType,
     DecimalType,
     DoubleType,
@@ -41,7 +42,6 @@ from pyspark.sql.types import (
     StructField,
     StructType,
     TimestampType,
-    ByteType,
 )
 
 from streaming.core.fold import AGGREGATE, MISSING, ChangeKind
@@ -136,7 +136,7 @@ def fold_rows(
                     F.col("data"),
                 )
             ),
-            lambda l, r: F.when(l["seq"] < r["seq"], -1).when(l["seq"] > r["seq"], 1).otherwise(0),
+            lambda x, y: F.when(x["seq"] < y["seq"], -1).when(x["seq"] > y["seq"], 1).otherwise(0),
         ).alias("__changes")
     )
     keyed = grouped.join(current, "id", "left").join(tombstones, "id", "left")
@@ -187,9 +187,9 @@ def fold_rows(
         """The row a write of ``d`` gives: PATCH takes only its columns from ``d``."""
         patched = F.struct(
             *[
-                F.when(
-                    c["cols"].isNull() | F.array_contains(c["cols"], p), d[p]
-                ).otherwise(acc["data"][p]).alias(p)
+                F.when(c["cols"].isNull() | F.array_contains(c["cols"], p), d[p])
+                .otherwise(acc["data"][p])
+                .alias(p)
                 for p in props
             ]
         )
@@ -245,10 +245,7 @@ def fold_rows(
         )
         fields = [
             F.when(changed, ~deleted).otherwise(acc["live"]).alias("live"),
-            F.when(deleted, _none(data))
-            .when(wrote, new)
-            .otherwise(acc["data"])
-            .alias("data"),
+            F.when(deleted, _none(data)).when(wrote, new).otherwise(acc["data"]).alias("data"),
             F.when(changed, version).otherwise(acc["version"]).alias("version"),
             F.when(changed, created).otherwise(acc["created"]).alias("created"),
             F.when(changed, now).otherwise(acc["updated"]).alias("updated"),
@@ -267,11 +264,7 @@ def fold_rows(
         )
 
     def merge(acc: Column, change: Column) -> Column:
-        c = (
-            change.withField("mark", mark_of(change["data"]))
-            if mark_type
-            else change
-        )
+        c = change.withField("mark", mark_of(change["data"])) if mark_type else change
         return _let(
             written(acc, c, flagged(acc, c)),
             lambda new: _let(effect(acc, c, new), lambda eff: step(acc, c, new, eff)),
@@ -325,6 +318,4 @@ def _rows(folded: DataFrame, out: StructType, marked: bool) -> Column:
         ),
     )
     changed = F.size(f["history"]) > 0
-    return F.when(
-        changed, F.concat(effects, F.array(state), history)
-    ).otherwise(effects)
+    return F.when(changed, F.concat(effects, F.array(state), history)).otherwise(effects)

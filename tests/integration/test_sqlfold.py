@@ -123,9 +123,7 @@ def _plain(value: Any) -> Any:
 
 
 def _canonical(rows: list[dict[str, Any]], out: StructType) -> list[tuple]:
-    return sorted(
-        tuple(repr(_plain(row.get(f.name))) for f in out.fields) for row in rows
-    )
+    return sorted(tuple(repr(_plain(row.get(f.name))) for f in out.fields) for row in rows)
 
 
 def _reference(
@@ -187,8 +185,10 @@ def test_sql_fold_equals_reference_fold(spark: SparkSession, watermark: tuple[st
     both = spark.createDataFrame(stored, stored_type)
     found = fold_rows(
         spark.createDataFrame(changes, CHANGES),
-        both.where("s_version IS NOT NULL").select("id", "s_version", "s_created", "s_updated", "s_data"),
-        both.where("t_version IS NOT NULL").select("id", "t_version", *(["t_mark"] if mark else [])),
+        both.where("s_version IS NOT NULL").select(
+            "id", "s_version", "s_created", "s_updated", "s_data"
+        ),
+        both.where("t_version IS NOT NULL").select("id", "t_version", *(["t_mark"] * bool(mark))),
         data=DATA,
         watermark=watermark,
         at=AT,
