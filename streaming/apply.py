@@ -55,6 +55,7 @@ from streaming.sqlfold import fold_rows, supported
 from streaming.tables import (
     BatchCommit,
     append,
+    holds_no_rows,
     idempotent,
     latest_version,
     read_table,
@@ -191,6 +192,9 @@ class TableResult:
 
 DRIVER_FOLD_MAX_ROWS = 20_000
 """Up to this many changes to one table in one wave are folded on the driver."""
+BROADCAST_KEYS_MAX = 2_000_000
+"""Up to this many changes, the large path reads only the stored rows of their keys (a
+broadcast semi-join) instead of shuffling the whole table into the fold's join."""
 KEY_PUSHDOWN_MAX = 2_000
 """Up to this many keys are pushed into the stored-rows read and the MERGE condition
 (``id IN (...)``) for Delta's file skipping; more would make the condition itself the cost."""
@@ -210,11 +214,13 @@ def apply_to_object_table(
     commit: BatchCommit,
     partitions: int,
     count: int | None = None,
+    unique: bool = False,
     deleted: DeletedKeys | None = None,
 ) -> TableResult:
     """Fold the batch's changes into one object schema's tables, each read as of its version
     ``before`` this batch (the same state again when the batch is replayed). ``count``: the
-    number of changes if known (the check job counts them), else they are counted here.
+    number of changes if known (the check job counts them), else they are counted here;
+    ``unique``: the check job found no key with two changes.
     ``deleted``: the tombstones the sink holds on the driver (``streaming.tombstones``).
 
     ``spark`` is a session of this table's own (``streaming.parallel``): tables of a wave are
@@ -231,7 +237,9 @@ def apply_to_object_table(
         if deleted is not None:
             deleted.forget(paths.tombstones)
         with _LARGE_PATH:
-            result = _apply_large(changes, schema, paths, before, commit, partitions)
+            result = _apply_large(
+                changes, schema, paths, before, commit, partitions, count=count, unique=unique
+            )
     crash_point("between_commits")
     return result
 
@@ -373,12 +381,17 @@ def _apply_large(
     before: Mapping[str, int],
     commit: BatchCommit,
     partitions: int,
+    *,
+    count: int | None,
+    unique: bool,
 ) -> TableResult:
     spark = changes.sparkSession
     data_schema = schema.spark_schema()
     props = [f.name for f in data_schema.fields]
     watermark = tuple(schema.watermark)
     mark = StructType([data_schema[c] for c in watermark]) if watermark else None
+    # A first load (nothing stored yet): no stored rows to read, and an append, not a MERGE.
+    first_load = holds_no_rows(spark, paths.current, before[paths.current])
     current = read_table(spark, paths.current, before[paths.current]).select(
         "id",
         F.col("version").alias("s_version"),
@@ -386,6 +399,9 @@ def _apply_large(
         F.col("updated").alias("s_updated"),
         F.struct(*props).alias("s_data"),
     )
+    if count is not None and count <= BROADCAST_KEYS_MAX:
+        # Only the stored rows of the batch's keys reach the join: the table is not shuffled.
+        current = current.join(F.broadcast(changes.select("id").distinct()), "id", "left_semi")
     latest = F.max_by(
         F.struct("version", *(["watermark"] if mark else [])), F.col("version")
     ).alias("t")
@@ -399,12 +415,14 @@ def _apply_large(
             *([F.col("t.watermark").alias("t_mark")] if mark else []),
         )
     )
+    no_tombstones = holds_no_rows(spark, paths.tombstones, before[paths.tombstones])
     out_schema = _fold_schema(data_schema, mark)
     if supported(data_schema):
         rows = fold_rows(
             changes,
-            current,
-            tombstones,
+            None if first_load else current,
+            None if no_tombstones else tombstones,
+            unique=unique,
             data=data_schema,
             watermark=watermark,
             at=commit.at,
@@ -442,7 +460,10 @@ def _apply_large(
     history = None
     if any(effect in ("inserted", "updated", "deleted") for _, effect in counts):
         state = folded.where("__row_kind = 'state'")
-        _merge(state, props, paths, commit, keys=None)
+        if first_load:
+            _insert(state, props, paths, commit)
+        else:
+            _merge(state, props, paths, commit, keys=None)
         if deletes:
             _append_tombstones(state.where("__deleted"), paths, commit, mark)
         history = _history_rows(folded.where("__row_kind = 'history'"), props)
@@ -500,6 +521,14 @@ def _merge(
             )
 
     on_conflict_retry(merge_current, what=paths.current)
+
+
+def _insert(state: DataFrame, props: list[str], paths: ObjectTable, commit: BatchCommit) -> None:
+    """The keys' new rows appended to a current table that held none before the batch: what
+    the MERGE would do (every key is new), without its join."""
+    rows = _with_hash(state.where("NOT __deleted"), props)
+    columns = ["id", "version", "created", "updated", "hash", *props]
+    append(rows.select(columns), paths.current, commit)
 
 
 def _append_tombstones(

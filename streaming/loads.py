@@ -165,13 +165,22 @@ def resolve_sources(load: Load, columns: Sequence[str]) -> tuple[dict[str, str],
 
 
 @dataclass(frozen=True)
+class RowCount:
+    """What the check job counted of one load."""
+
+    rows: int
+    repeated: int
+    """How many of its ids are given more than once (``count(id) - count(distinct id)``)."""
+
+
+@dataclass(frozen=True)
 class Loaded:
     """Change rows (with check columns) of one load, or of several loads of one table."""
 
     loads: tuple[Load, ...]
     frame: DataFrame
-    rows: Mapping[int, int] | None = None
-    """Rows per load ordinal, counted by the check job (None before it ran)."""
+    counts: Mapping[int, RowCount] | None = None
+    """Per load ordinal, what the check job counted (None before it ran)."""
 
     def without(self, ordinals: set[int]) -> Loaded | None:
         """The rows of the other loads; None if none is left."""
@@ -181,7 +190,7 @@ class Loaded:
         if not keep:
             return None
         ordinal = F.shiftright(F.col("__seq"), SEQ_SHIFT)
-        return Loaded(keep, self.frame.where(~ordinal.isin(sorted(ordinals))), self.rows)
+        return Loaded(keep, self.frame.where(~ordinal.isin(sorted(ordinals))), self.counts)
 
 
 @contextmanager
@@ -214,7 +223,7 @@ def load_wave(
     # Lazy: the check job below fills every cache in one pass.
     cached = [part.frame.persist() for part in loaded]
     try:
-        counted: dict[int, int] = {}
+        counted: dict[int, RowCount] = {}
         errors.update(check_loads(loaded, counted))
         loaded = [Loaded(part.loads, part.frame, counted) for part in loaded]
         by_ordinal = {load.ordinal: load for load in loads}
@@ -366,13 +375,13 @@ def _with_scope_deletes(
 
 
 def check_loads(
-    loaded: Sequence[Loaded], rows: dict[int, int] | None = None
+    loaded: Sequence[Loaded], counts: dict[int, RowCount] | None = None
 ) -> dict[int, RejectedError]:
     """Row-level problems per load ordinal, found by one Spark job over every load of the wave
     (one result row per load: ``__seq`` also numbers the rows of loads whose order matters).
-    ``rows``, if given, receives each load's number of rows (0 for a load without any)."""
-    if rows is not None:
-        rows.update({load.ordinal: 0 for part in loaded for load in part.loads})
+    ``counts``, if given, receives what the job counted of each load (rows, repeated ids)."""
+    if counts is not None:
+        counts.update({load.ordinal: RowCount(0, 0) for part in loaded for load in part.loads})
     if not loaded:
         return {}
     union = loaded[0].frame.select(_CHECK_COLUMNS)
@@ -393,8 +402,8 @@ def check_loads(
     errors: dict[int, RejectedError] = {}
     for row in stats:
         load = by_ordinal[int(row["ordinal"])]
-        if rows is not None:
-            rows[load.ordinal] = int(row["rows"])
+        if counts is not None:
+            counts[load.ordinal] = RowCount(int(row["rows"]), int(row["dup_ids"]))
         where = f"actions[{load.action_index}] {load.schema.name} from {_describe(load)}"
         keyed = load.schema.is_object
         if row["corrupt"]:

@@ -275,11 +275,16 @@ class Sink:
                 ]
             )
 
+        known = next((part.counts for part in loaded if part.counts is not None), None)
+
         def count(loads: Sequence[Load]) -> int | None:
-            counted = [part.rows for part in loaded if part.rows is not None]
-            if not counted or any(load.ordinal not in counted[0] for load in loads):
+            if known is None or any(load.ordinal not in known for load in loads):
                 return None
-            return sum(counted[0][load.ordinal] for load in loads)
+            return sum(known[load.ordinal].rows for load in loads)
+
+        def unique(loads: Sequence[Load]) -> bool:
+            """No key has two changes: one load, none of its ids repeated."""
+            return len(loads) == 1 and known is not None and known[loads[0].ordinal].repeated == 0
 
         by_table: dict[str, list[Load]] = defaultdict(list)
         for load in wave:
@@ -294,6 +299,7 @@ class Sink:
                 timeline.next_step(),
                 rows(loads),
                 count(loads),
+                unique(loads),
             )
             for _, loads in sorted(by_table.items())
             if loads[0].schema.is_object
@@ -309,6 +315,7 @@ class Sink:
                 commit=write.commit,
                 partitions=self.shuffle_partitions,
                 count=write.count,
+                unique=write.unique,
                 deleted=self.deleted,
             )
 
@@ -466,6 +473,8 @@ class _TableWrite:
     changes: DataFrame
     count: int | None
     """Its number of change rows (the check job's count), None if unknown."""
+    unique: bool
+    """No key has two changes (the check job's count of repeated ids)."""
 
 
 @dataclass

@@ -75,9 +75,10 @@ def _none(dtype: DataType) -> Column:
 
 def fold_rows(
     changes: DataFrame,
-    current: DataFrame,
-    tombstones: DataFrame,
+    current: DataFrame | None,
+    tombstones: DataFrame | None,
     *,
+    unique: bool,
     data: StructType,
     watermark: tuple[str, ...],
     at: datetime,
@@ -87,7 +88,11 @@ def fold_rows(
     ``__version``, ``__created``, ``data``) per key over its stored state — its live row in
     ``current`` (``id``, ``s_version``, ``s_created``, ``s_updated``, ``s_data``), else its
     tombstone in ``tombstones`` (one row per key: ``id``, ``t_version`` and, with a watermark,
-    ``t_mark``) — into rows of ``out`` (``apply._fold_schema``)."""
+    ``t_mark``) — into rows of ``out`` (``apply._fold_schema``).
+
+    ``current`` / ``tombstones`` None: that table holds no rows (a first load), nothing to
+    join. ``unique``: no key has two changes, so none are grouped (no shuffle): each change is
+    a sequence of one."""
     props = [f.name for f in data.fields]
     mark_type = StructType([data[c] for c in watermark]) if watermark else None
     entry_type = StructType(
@@ -122,24 +127,45 @@ def fold_rows(
             F.struct(*[row[c].alias(c) for c in watermark])
         )
 
-    grouped = changes.groupBy("id").agg(
-        F.array_sort(
-            F.collect_list(
-                F.struct(
-                    F.col("__seq").alias("seq"),
-                    F.col("__tx").alias("tx"),
-                    F.col("__kind").alias("kind"),
-                    F.col("__cols").alias("cols"),
-                    F.col("__flags").alias("flags"),
-                    F.col("__version").alias("version"),
-                    F.col("__created").alias("created"),
-                    F.col("data"),
-                )
-            ),
-            lambda x, y: F.when(x["seq"] < y["seq"], -1).when(x["seq"] > y["seq"], 1).otherwise(0),
-        ).alias("__changes")
+    change = F.struct(
+        F.col("__seq").alias("seq"),
+        F.col("__tx").alias("tx"),
+        F.col("__kind").alias("kind"),
+        F.col("__cols").alias("cols"),
+        F.col("__flags").alias("flags"),
+        F.col("__version").alias("version"),
+        F.col("__created").alias("created"),
+        F.col("data"),
     )
-    keyed = grouped.join(current, "id", "left").join(tombstones, "id", "left")
+    if unique:
+        keyed = changes.select("id", F.array(change).alias("__changes"))
+    else:
+        keyed = changes.groupBy("id").agg(
+            F.array_sort(
+                F.collect_list(change),
+                lambda x, y: (
+                    F.when(x["seq"] < y["seq"], -1).when(x["seq"] > y["seq"], 1).otherwise(0)
+                ),
+            ).alias("__changes")
+        )
+    if current is None:
+        keyed = keyed.select(
+            "*",
+            _none(LongType()).alias("s_version"),
+            _none(TimestampType()).alias("s_created"),
+            _none(TimestampType()).alias("s_updated"),
+            _none(data).alias("s_data"),
+        )
+    else:
+        keyed = keyed.join(current, "id", "left")
+    if tombstones is None:
+        keyed = keyed.select(
+            "*",
+            _none(LongType()).alias("t_version"),
+            *([_none(mark_type).alias("t_mark")] if mark_type else []),
+        )
+    else:
+        keyed = keyed.join(tombstones, "id", "left")
     live = F.col("s_version").isNotNull()
     start = F.struct(
         live.alias("live"),

@@ -276,6 +276,15 @@ def known_size(spark: SparkSession, path: str, version: int) -> int | None:
     return int(checksum.get().tableSizeBytes()) if checksum.isDefined() else None
 
 
+def holds_no_rows(spark: SparkSession, path: str, version: int) -> bool:
+    """Whether the table has no data files at ``version``: from Delta's checksum when this
+    process holds that snapshot (no job), else by looking for one row (one job)."""
+    size = known_size(spark, path, version)
+    if size is not None:
+        return size == 0
+    return read_table(spark, path, version).isEmpty()
+
+
 def table_state(spark: SparkSession, path: str) -> tuple[StructType, dict[str, str]] | None:
     """The schema and table properties of the Delta table at ``path`` from its log on the
     driver (``DeltaTable.detail`` would run a Spark job per table); None if there is none."""

@@ -189,12 +189,37 @@ def test_sql_fold_equals_reference_fold(spark: SparkSession, watermark: tuple[st
             "id", "s_version", "s_created", "s_updated", "s_data"
         ),
         both.where("t_version IS NOT NULL").select("id", "t_version", *(["t_mark"] * bool(mark))),
+        unique=False,
         data=DATA,
         watermark=watermark,
         at=AT,
         out=out,
     ).collect()
     assert len(found) == len(expected)
+    assert _canonical([r.asDict() for r in found], out) == _canonical(expected, out)
+
+
+def test_sql_fold_of_one_change_per_key_into_empty_tables(spark: SparkSession) -> None:
+    """A first load: no stored rows or tombstones to join, no key given twice (no grouping)."""
+    rnd = random.Random(11)
+    changes = [_change(rnd, f"k{n:04d}", 1 << 32 | n) for n in range(SEQUENCES)]
+    watermark = ("ts",)
+    out = _fold_schema(DATA, StructType([DATA["ts"]]))
+    expected = _reference(changes, [], watermark)
+    assert {r["__effect"] for r in expected if r["__row_kind"] == "effect"} == {
+        "inserted",
+        "skipped",
+    }
+    found = fold_rows(
+        spark.createDataFrame(changes, CHANGES),
+        None,
+        None,
+        unique=True,
+        data=DATA,
+        watermark=watermark,
+        at=AT,
+        out=out,
+    ).collect()
     assert _canonical([r.asDict() for r in found], out) == _canonical(expected, out)
 
 

@@ -1,0 +1,93 @@
+"""A first load (issue 13): changes into a current table that holds no rows are appended, not
+merged, and give exactly what the MERGE gives — rows, versions, hashes, history, tombstones and
+outcome counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import deltalake
+import pytest
+from pyspark.sql import SparkSession
+
+from streaming import apply as apply_module
+from tests.integration.test_dms import ORDER, dms_workspace, order, outcomes
+from tests.support import Workspace
+
+pytestmark = pytest.mark.spark
+
+UNIQUE = [order(f"o{i:02d}", 100 + i % 7, "new", "I", amount=i) for i in range(30)]
+REPEATED = [
+    *UNIQUE[:10],
+    order("o01", 300, "paid", "U"),  # updated twice, the later one older: stale
+    order("o01", 200, "late", "U"),
+    order("o02", 300, "new", "D"),  # inserted, then deleted: a tombstone
+    order("o03", 103, "new", "U", amount=3),  # the same row again: unchanged
+    order("o40", 100, "ghost", "D"),  # a delete of a key never seen: skipped
+    order("o04", None, "null-ts", "U"),  # NULL is the smallest watermark: stale
+]
+
+
+def _table(path: Path, *columns: str) -> list[tuple[Any, ...]]:
+    rows = deltalake.DeltaTable(str(path)).to_pyarrow_table(columns=list(columns)).to_pylist()
+    return sorted(tuple(r[c] for c in columns) for r in rows)
+
+
+def _load(
+    spark: SparkSession, root: Path, rows: list[dict[str, Any]], *, merge: bool
+) -> dict[str, Any]:
+    """One DMS file into an empty table through the large path (as a load too big for the
+    driver fold), by append or — ``merge`` — as if the table held rows."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(apply_module, "DRIVER_FOLD_MAX_ROWS", 0)
+        if merge:
+            patch.setattr(apply_module, "holds_no_rows", lambda *_: False)
+        ws = Workspace(root)
+        zone = dms_workspace(ws)
+        zone.drop("sales.Order", "LOAD00000001.parquet", rows, ORDER)
+        ws.run_once(spark, ws.config(landing={"dms": "./landing/dms"}))
+    warehouse = root / "warehouse" / "sales"
+    table = warehouse / "sales" / "Order"
+    operations = [c["operation"] for c in deltalake.DeltaTable(str(table)).history()]
+    fresh = [
+        r["created"] == r["updated"]
+        for r in deltalake.DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+    ]
+    [outcome] = outcomes(spark, ws)
+    counts = outcome.actions[0]
+    return {
+        "operation": operations[0],
+        "current": _table(table, "id", "version", "hash", "status", "amount", "ts"),
+        "fresh": all(fresh),
+        "history": _table(
+            warehouse / "_history" / "sales" / "Order",
+            "id",
+            "version",
+            "__op",
+            "__deleted",
+            "hash",
+            "status",
+            "__transaction_id",
+        ),
+        "tombstones": _table(warehouse / "_tombstones" / "sales" / "Order", "id", "version"),
+        "counts": (counts.inserted, counts.updated, counts.deleted, counts.skipped, counts.stale),
+    }
+
+
+@pytest.mark.parametrize("rows", [UNIQUE, REPEATED], ids=["unique-keys", "repeated-keys"])
+def test_a_first_load_appends_what_the_merge_would_write(
+    spark: SparkSession, tmp_path: Path, rows: list[dict[str, Any]]
+) -> None:
+    appended = _load(spark, tmp_path / "append", rows, merge=False)
+    merged = _load(spark, tmp_path / "merge", rows, merge=True)
+    assert (appended["operation"], merged["operation"]) == ("WRITE", "MERGE")
+    assert appended["fresh"] and merged["fresh"]
+    for part in ("current", "history", "tombstones", "counts"):
+        assert appended[part] == merged[part], part
+    if rows is REPEATED:
+        assert appended["counts"] == (10, 1, 1, 1, 2)
+        assert ("o02", 2) in appended["tombstones"]
+    else:
+        assert appended["counts"] == (30, 0, 0, 0, 0)
+        assert len(appended["current"]) == 30
