@@ -60,7 +60,7 @@ from streaming.tables import (
     latest_version,
     read_table,
 )
-from streaming.tombstones import DeletedKeys
+from streaming.tombstones import DeletedKeys, later
 
 SEQ_SHIFT = 32
 """``__seq >> SEQ_SHIFT`` is the action ordinal of a change (its position in the batch)."""
@@ -357,9 +357,11 @@ def _stored_rows(
             entry["s_version"], entry["s_created"] = row["version"], row["created"]
             entry["s_updated"] = row["updated"]
             entry["s_data"] = row["data"].asDict(recursive=True)
-        elif entry["t_version"] is None or row["version"] > entry["t_version"]:
-            entry["t_version"] = row["version"]
-            entry["t_mark"] = row["mark"].asDict(recursive=True) if mark and row["mark"] else None
+        else:
+            watermark = row["mark"].asDict(recursive=True) if mark and row["mark"] else None
+            found = (row["version"], watermark)
+            if entry["t_version"] is None or later(found, (entry["t_version"], entry["t_mark"])):
+                entry["t_version"], entry["t_mark"] = found
     return stored
 
 
@@ -402,9 +404,8 @@ def _apply_large(
     if count is not None and count <= BROADCAST_KEYS_MAX:
         # Only the stored rows of the batch's keys reach the join: the table is not shuffled.
         current = current.join(F.broadcast(changes.select("id").distinct()), "id", "left_semi")
-    latest = F.max_by(
-        F.struct("version", *(["watermark"] if mark else [])), F.col("version")
-    ).alias("t")
+    order = F.struct("version", *(["watermark"] if mark else []))
+    latest = F.max_by(order, order).alias("t")  # a key's tombstone: ``tombstones.latest``
     tombstones = (
         read_table(spark, paths.tombstones, before[paths.tombstones])
         .groupBy("id")
@@ -458,15 +459,15 @@ def _apply_large(
         elif r["__deleted"]:
             deletes += int(r["n"])
     history = None
+    state = folded.where("__row_kind = 'state'")
     if any(effect in ("inserted", "updated", "deleted") for _, effect in counts):
-        state = folded.where("__row_kind = 'state'")
         if first_load:
             _insert(state, props, paths, commit)
         else:
             _merge(state, props, paths, commit, keys=None)
-        if deletes:
-            _append_tombstones(state.where("__deleted"), paths, commit, mark)
         history = _history_rows(folded.where("__row_kind = 'history'"), props)
+    if deletes:  # also a tombstone whose watermark moved (``core.fold``: a skipped delete)
+        _append_tombstones(state.where("__deleted"), paths, commit, mark)
     return TableResult(counts, latest_version(spark, paths.current), history)
 
 

@@ -115,6 +115,7 @@ def fold_rows(
             StructField("created", TimestampType()),
             StructField("updated", TimestampType()),
             *([StructField("mark", mark_type)] if mark_type else []),
+            StructField("moved", BooleanType()),
             StructField("history", ArrayType(entry_type)),
             StructField("effects", ArrayType(effect_type)),
         ]
@@ -178,6 +179,7 @@ def fold_rows(
             if mark_type
             else []
         ),
+        F.lit(False).alias("moved"),
         F.array().cast(ArrayType(entry_type)).alias("history"),
         F.array().cast(ArrayType(effect_type)).alias("effects"),
     ).cast(acc_type)
@@ -269,18 +271,30 @@ def fold_rows(
             c["tx"].alias("tx"),
             F.when(deleted, acc["data"]).otherwise(new).alias("data"),
         )
+        # A delete of a key not live, newer than its watermark: the tombstone's watermark moves.
+        marks = (
+            c["kind"].isin(ChangeKind.DELETE.value, ChangeKind.REPLACE_DELETE.value)
+            & (eff == "skipped")
+            & c["mark"].isNotNull()
+            & (acc["mark"].isNull() | (c["mark"] > acc["mark"]))
+            if mark_type
+            else F.lit(False)
+        )
         fields = [
             F.when(changed, ~deleted).otherwise(acc["live"]).alias("live"),
             F.when(deleted, _none(data)).when(wrote, new).otherwise(acc["data"]).alias("data"),
             F.when(changed, version).otherwise(acc["version"]).alias("version"),
             F.when(changed, created).otherwise(acc["created"]).alias("created"),
-            F.when(changed, now).otherwise(acc["updated"]).alias("updated"),
+            F.when(changed | marks, now).otherwise(acc["updated"]).alias("updated"),
         ]
         if mark_type:
             moved = F.when(replace, c["mark"]).otherwise(F.coalesce(c["mark"], acc["mark"]))
-            fields.append(F.when(changed, moved).otherwise(acc["mark"]).alias("mark"))
+            fields.append(
+                F.when(changed, moved).when(marks, c["mark"]).otherwise(acc["mark"]).alias("mark")
+            )
         return F.struct(
             *fields,
+            (acc["moved"] | marks).alias("moved"),
             F.when(changed, F.concat(acc["history"], F.array(entry)))
             .otherwise(acc["history"])
             .alias("history"),
@@ -302,7 +316,8 @@ def fold_rows(
 
 def _rows(folded: DataFrame, out: StructType, marked: bool) -> Column:
     """Each key's output rows as an array of ``out`` structs: its effects, then — if it
-    changed — its new state and its history entries."""
+    changed (a history entry, or its tombstone's watermark moved) — its new state and its
+    history entries."""
     f, key = F.col("f"), F.col("id")
 
     def row(**values: Column) -> Column:
@@ -343,5 +358,5 @@ def _rows(folded: DataFrame, out: StructType, marked: bool) -> Column:
             data=h["data"],
         ),
     )
-    changed = F.size(f["history"]) > 0
+    changed = (F.size(f["history"]) > 0) | f["moved"]
     return F.when(changed, F.concat(effects, F.array(state), history)).otherwise(effects)

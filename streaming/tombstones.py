@@ -22,6 +22,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from streaming.core.fold import watermark_key
 from streaming.tables import known_size, read_table
 
 Tombstone = tuple[int, dict[str, Any] | None]
@@ -79,11 +80,22 @@ class DeletedKeys:
             self._tables.pop(path, None)
 
 
+def later(a: Tombstone, b: Tombstone) -> bool:
+    """Whether tombstone ``a`` supersedes ``b``: a key's tombstone is its row with the largest
+    version, on a tie the largest watermark (a delete of a key not live moves the watermark of
+    the key's tombstone forward at the same version: ``core.fold``). NULL is the smallest."""
+
+    def order(t: Tombstone) -> tuple[Any, ...]:
+        version, mark = t
+        return (version, mark is not None, watermark_key(tuple(mark.values())) if mark else ())
+
+    return order(a) > order(b)
+
+
 def _keep_latest(
     held: dict[str, Tombstone], key: str, version: int, mark: dict[str, Any] | None
 ) -> None:
-    """A key's tombstone is its row with the largest version (the table is append-only)."""
-    if key not in held or version > held[key][0]:
+    if key not in held or later((version, mark), held[key]):
         held[key] = (version, mark)
 
 

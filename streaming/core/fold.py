@@ -19,7 +19,9 @@ so applying many transactions together gives exactly what applying them one at a
   wins; NULL is the smallest value; composite watermarks compare left to right. A change whose
   watermark is older than the key's (live row or tombstone) is ``stale`` and ignored; on a tie the
   later change (in source order) wins. A delete keeps its watermark on the tombstone, so a late,
-  older update cannot resurrect the key.
+  older update cannot resurrect the key — also a delete of a key that is not live (``skipped``:
+  nothing to delete): a newer watermark than the key's moves its tombstone (the key's version,
+  0 for a key never seen) forward, without a history row.
 """
 
 from __future__ import annotations
@@ -108,11 +110,14 @@ class Folded:
     history: list[HistoryEntry] = field(default_factory=list)
     effects: list[tuple[int, Effect]] = field(default_factory=list)
     """(change seq, effect) for every change, in order."""
+    moved: bool = False
+    """A delete of a key not live moved its tombstone's watermark forward."""
 
     @property
     def changed(self) -> bool:
-        """True when the stored row must be written (something was inserted/updated/deleted)."""
-        return bool(self.history)
+        """True when the stored state must be written: something was inserted/updated/deleted,
+        or a tombstone's watermark moved."""
+        return bool(self.history) or self.moved
 
 
 def _entry(state: Stored, change: Change, op: Literal["i", "u", "d"]) -> HistoryEntry:
@@ -171,7 +176,15 @@ def apply_change(state: Stored, change: Change) -> tuple[Stored, Effect]:
         return new, "updated" if state.live else "inserted"
     if change.kind in (ChangeKind.DELETE, ChangeKind.REPLACE_DELETE):
         if state.data is None:
-            return state, "skipped"
+            if change.watermark is None or (
+                state.watermark is not None
+                and watermark_key(change.watermark) <= watermark_key(state.watermark)
+            ):
+                return state, "skipped"
+            # Nothing to delete, but the key's freshest row is this delete: keep its watermark.
+            return Stored(None, state.version, state.created, change.at, change.watermark), (
+                "skipped"
+            )
         mark = change.watermark if change.watermark is not None else state.watermark
         version = change.version if change.version is not None else state.version + 1
         return Stored(None, version, state.created, change.at, mark), "deleted"
@@ -194,10 +207,12 @@ def fold(stored: Stored, changes: Sequence[Change]) -> Folded:
     state = stored
     history: list[HistoryEntry] = []
     effects: list[tuple[int, Effect]] = []
+    moved = False
     for change in sorted(changes, key=lambda c: c.seq):
         before = state
         state, effect = apply_change(state, change)
         effects.append((change.seq, effect))
+        moved = moved or (effect == "skipped" and state is not before)
         if effect == "inserted":
             history.append(_entry(state, change, "i"))
         elif effect == "updated":
@@ -206,4 +221,4 @@ def fold(stored: Stored, changes: Sequence[Change]) -> Folded:
             # The tombstone carries the last data, the new version and the deletion time.
             last = Stored(before.data, state.version, before.created, change.at)
             history.append(_entry(last, change, "d"))
-    return Folded(state, history, effects)
+    return Folded(state, history, effects, moved)

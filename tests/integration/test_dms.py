@@ -250,3 +250,45 @@ def test_schema_column_format_and_mapping_apply_to_dms_files(
     job = ws.run_once(spark, config(ws))
     items = job.layout.table("sales", "sales.Item")
     assert current(items, "id", "unitPrice", "label") == [("i1", 7, "bolt")]
+
+
+@pytest.mark.parametrize("fold", ["driver", "executors"])
+def test_a_delete_newer_than_the_insert_after_it_keeps_the_key_deleted(
+    spark: SparkSession, ws: Workspace, monkeypatch: pytest.MonkeyPatch, fold: str
+) -> None:
+    """Seed 001: the row with the largest watermark is read. A delete of a key not yet in the
+    table, with a newer TS than the insert that follows it in the file, is ``skipped`` (nothing
+    to delete) but its TS is kept as the key's tombstone: the older insert is ``stale``, in
+    this batch and in a later one (found by the W2 benchmark's plain one-MERGE)."""
+    from streaming import apply as apply_module
+
+    if fold == "executors":
+        monkeypatch.setattr(apply_module, "DRIVER_FOLD_MAX_ROWS", 0)
+    zone = dms_workspace(ws)
+    zone.drop(
+        "sales.Order",
+        "20240101-0001.parquet",
+        [
+            order("o1", 300, "gone", "D"),
+            order("o1", 100, "new", "I"),
+            order("o1", 200, "paid", "U"),
+            order("o2", 100, "new", "I"),
+        ],
+        ORDER,
+    )
+    job = ws.run_once(spark, config(ws))
+    orders = job.layout.table("sales", "sales.Order")
+    tombstones = job.layout.tombstones("sales", "sales.Order")
+    assert current(orders, "id", "version") == [("o2", 1)]
+    assert current(tombstones, "id", "version") == [("o1", 0)]
+    counts = outcomes(spark, ws)[-1].actions[0]
+    assert (counts.inserted, counts.skipped, counts.stale) == (1, 1, 2)
+
+    zone.drop("sales.Order", "20240101-0002.parquet", [order("o1", 250, "late", "U")], ORDER)
+    ws.run_once(spark, config(ws))
+    assert current(orders, "id", "version") == [("o2", 1)]
+    assert outcomes(spark, ws)[-1].actions[0].stale == 1
+
+    zone.drop("sales.Order", "20240101-0003.parquet", [order("o1", 400, "back", "I")], ORDER)
+    ws.run_once(spark, config(ws))
+    assert current(orders, "id", "version", "status") == [("o1", 1, "back"), ("o2", 1, "new")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streaming.tombstones import DeletedKeys
+from streaming.tombstones import DeletedKeys, later
 
 PATH = "/warehouse/ds/_tombstones/ds/Dog"
 
@@ -48,3 +48,10 @@ def test_an_append_to_a_version_not_held_does_not_make_a_copy() -> None:
     assert PATH not in deleted._tables
     deleted.appended(PATH, 8, 9, rows(dog2=3))
     assert PATH not in deleted._tables
+
+
+def test_a_keys_tombstone_is_its_largest_version_then_its_largest_watermark() -> None:
+    assert later((3, None), (2, {"ts": 9}))
+    assert later((3, {"ts": 5}), (3, {"ts": 4}))  # a skipped delete moved the watermark
+    assert later((3, {"ts": 5}), (3, None)) and later((3, {"ts": 5}), (3, {"ts": None}))
+    assert not later((3, {"ts": 4}), (3, {"ts": 4}))

@@ -64,3 +64,32 @@ def test_composite_watermarks_compare_left_to_right() -> None:
 def test_equal_watermarks_the_later_change_wins() -> None:
     out = fold(Stored(), [put(1, 100, v="first"), put(2, 100, v="second")])
     assert out.final.data == {"ts": 100, "v": "second"}
+
+
+def test_a_delete_of_a_key_not_live_keeps_its_watermark_so_older_changes_are_stale() -> None:
+    """Seed 001: of a key's rows the one with the largest watermark is read. A DMS delete newer
+    than the insert after it in file order (the W2 benchmark's plain one-MERGE found this) leaves
+    the key deleted: nothing to delete (``skipped``), but its watermark is kept, as a tombstone
+    of the key's version (0 for a key never seen), without a history row."""
+    out = fold(
+        Stored(),
+        [put(1, 300, ChangeKind.DELETE, v="a"), put(2, 100, v="old"), put(3, 200, v="older")],
+    )
+    assert out.effects == [(1, "skipped"), (2, "stale"), (3, "stale")]
+    assert not out.final.live and out.final.watermark == (300,) and out.final.version == 0
+    assert out.changed and out.history == []
+    # in a later batch, against the remembered tombstone
+    assert fold(out.final, [put(4, 250, v="late")]).effects == [(4, "stale")]
+    # a tombstone's watermark moves forward, its version stays
+    moved = fold(Stored(None, 3, watermark=(100,)), [put(1, 300, ChangeKind.DELETE)])
+    assert moved.changed and moved.final.version == 3 and moved.final.watermark == (300,)
+    # a newer insert after it revives the key
+    back = fold(out.final, [put(5, 400, v="new")])
+    assert back.effects == [(5, "inserted")] and back.final.version == 1
+
+
+def test_a_delete_of_a_key_not_live_with_an_equal_or_no_watermark_changes_nothing() -> None:
+    tombstone = Stored(None, 3, watermark=(300,))
+    assert not fold(tombstone, [put(1, 300, ChangeKind.DELETE)]).changed
+    unmarked = Change(1, "tx1", ChangeKind.DELETE, AT, {"v": None})
+    assert not fold(Stored(), [unmarked]).changed
