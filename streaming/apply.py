@@ -17,8 +17,11 @@ Two ways to run the same fold, chosen by the number of changes:
   stored rows of their keys (read with the keys pushed down, so Delta skips files) are collected
   to the driver and folded there; the MERGE source is the folded rows. No Python worker, no
   shuffle, two Spark jobs before the MERGE.
-- **large**: the stored state is joined in on the executors and the fold runs in a Python worker
-  per partition (``mapInArrow``), its result materialised once for the counts and the writes.
+- **large**: the fold runs on the JVM (``streaming.sqlfold``: one SQL ``aggregate`` per key
+  over its changes in seq order), joined with the stored rows of the batch's keys; its result
+  is materialised once for the counts and the writes. A current table with no rows (a first
+  load) reads nothing and is appended to instead of merged. A schema with a map-typed
+  property keeps the Python fold in a worker per partition (``mapInArrow``).
 
 The tombstones table is append-only: one row per delete, and a key's tombstone is its row with
 the largest version (a key live again is in the current table, which wins).
