@@ -340,24 +340,29 @@ def _w2_merge_sets() -> tuple[dict[str, str | Column], dict[str, str | Column]]:
     return update, insert
 
 
+def _w2_merge(spark: SparkSession, table: str, changes: DataFrame) -> None:
+    """One MERGE of changes resolved per key (one row per ID), guarded against stale rows."""
+    update, insert = _w2_merge_sets()
+    (
+        DeltaTable.forPath(spark, table)
+        .alias("t")
+        .merge(changes.alias("s"), "t.id = s.ID")
+        .whenMatchedDelete(condition="s.Op = 'D' AND s.TS >= t.ts")
+        .whenMatchedUpdate(condition="s.Op <> 'D' AND s.TS >= t.ts", set=update)
+        .whenNotMatchedInsert(condition="s.Op <> 'D'", values=insert)
+        .execute()
+    )
+
+
 def naive_w2(spark: SparkSession, root: Path, zone: Path, table: str) -> BaselineRun:
     """One Delta MERGE per DMS file (its changes resolved per key first), in file order."""
     run = BaselineRun(0.0, 0, 0)
-    update, insert = _w2_merge_sets()
 
     def batch(df: DataFrame, _batch_id: int) -> None:
         for row in _in_order(df, content=False):
             changes = _latest_per_key(spark.read.schema(DMS_SCHEMA).parquet(row["path"]))
             started = time.perf_counter()
-            (
-                DeltaTable.forPath(spark, table)
-                .alias("t")
-                .merge(changes.alias("s"), "t.id = s.ID")
-                .whenMatchedDelete(condition="s.Op = 'D' AND s.TS >= t.ts")
-                .whenMatchedUpdate(condition="s.Op <> 'D' AND s.TS >= t.ts", set=update)
-                .whenNotMatchedInsert(condition="s.Op <> 'D'", values=insert)
-                .execute()
-            )
+            _w2_merge(spark, table, changes)
             run.per_item.append(time.perf_counter() - started)
             run.transactions += 1
 
@@ -386,7 +391,6 @@ def plain_w2(spark: SparkSession, root: Path, zone: Path, table: str) -> Baselin
     Delta MERGE of all of them, ``s.TS >= t.ts`` guarding stale changes (as naive does).
     ``transactions`` counts its micro-batches (one MERGE each): 1 when all went in one."""
     run = BaselineRun(0.0, 0, 0)
-    update, insert = _w2_merge_sets()
     stream = (
         spark.readStream.schema(DMS_SCHEMA)
         .option("recursiveFileLookup", "true")
@@ -401,15 +405,7 @@ def plain_w2(spark: SparkSession, root: Path, zone: Path, table: str) -> Baselin
 
     def batch(df: DataFrame, _batch_id: int) -> None:
         started = time.perf_counter()
-        (
-            DeltaTable.forPath(spark, table)
-            .alias("t")
-            .merge(_latest_of_all(df).alias("s"), "t.id = s.ID")
-            .whenMatchedDelete(condition="s.Op = 'D' AND s.TS >= t.ts")
-            .whenMatchedUpdate(condition="s.Op <> 'D' AND s.TS >= t.ts", set=update)
-            .whenNotMatchedInsert(condition="s.Op <> 'D'", values=insert)
-            .execute()
-        )
+        _w2_merge(spark, table, _latest_of_all(df))
         run.per_item.append(time.perf_counter() - started)
         run.transactions += 1
 

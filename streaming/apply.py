@@ -195,7 +195,7 @@ class TableResult:
 
 DRIVER_FOLD_MAX_ROWS = 20_000
 """Up to this many changes to one table in one wave are folded on the driver."""
-BROADCAST_KEYS_MAX = 2_000_000
+BROADCAST_KEYS_MAX = 1_000_000
 """Up to this many changes, the large path reads only the stored rows of their keys (a
 broadcast semi-join) instead of shuffling the whole table into the fold's join."""
 KEY_PUSHDOWN_MAX = 2_000
