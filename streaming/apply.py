@@ -23,8 +23,9 @@ Two ways to run the same fold, chosen by the number of changes:
   load) reads nothing and is appended to instead of merged. A schema with a map-typed
   property keeps the Python fold in a worker per partition (``mapInArrow``).
 
-The tombstones table is append-only: one row per delete, and a key's tombstone is its row with
-the largest version (a key live again is in the current table, which wins).
+The tombstones table is append-only: one row per delete (or per moved watermark, see
+``core.fold``), and a key's tombstone is its row with the largest version, then the largest
+watermark (a key live again is in the current table, which wins).
 """
 
 from __future__ import annotations
@@ -284,8 +285,10 @@ def _apply_small(
     history = None
     if state:
         out_schema = _fold_schema(data_schema, mark)
-        keys = sorted({r["id"] for r in state})
-        _merge(spark.createDataFrame(state, out_schema), props, paths, commit, keys=keys)
+        written = any(effect in ("inserted", "updated", "deleted") for _, effect in counts)
+        if written:  # else only tombstones' watermarks moved: the current table stays as it is
+            keys = sorted({r["id"] for r in state})
+            _merge(spark.createDataFrame(state, out_schema), props, paths, commit, keys=keys)
         gone = [r for r in state if r["__deleted"]]
         if gone:
             _append_tombstones(spark.createDataFrame(gone, out_schema), paths, commit, mark)
@@ -299,10 +302,11 @@ def _apply_small(
                         for r in gone
                     ],
                 )
-        history = _history_rows(
-            spark.createDataFrame([r for r in out if r["__row_kind"] == "history"], out_schema),
-            props,
-        )
+        if written:
+            history = _history_rows(
+                spark.createDataFrame([r for r in out if r["__row_kind"] == "history"], out_schema),
+                props,
+            )
     return TableResult(dict(counts), latest_version(spark, paths.current), history)
 
 
@@ -408,7 +412,7 @@ def _apply_large(
         # Only the stored rows of the batch's keys reach the join: the table is not shuffled.
         current = current.join(F.broadcast(changes.select("id").distinct()), "id", "left_semi")
     order = F.struct("version", *(["watermark"] if mark else []))
-    latest = F.max_by(order, order).alias("t")  # a key's tombstone: ``tombstones.latest``
+    latest = F.max_by(order, order).alias("t")  # a key's tombstone: ``tombstones.later``
     tombstones = (
         read_table(spark, paths.tombstones, before[paths.tombstones])
         .groupBy("id")

@@ -292,3 +292,11 @@ def test_a_delete_newer_than_the_insert_after_it_keeps_the_key_deleted(
     zone.drop("sales.Order", "20240101-0003.parquet", [order("o1", 400, "back", "I")], ORDER)
     ws.run_once(spark, config(ws))
     assert current(orders, "id", "version", "status") == [("o1", 1, "back"), ("o2", 1, "new")]
+
+    # Only a tombstone's watermark moves: the current table gets no commit.
+    version = deltalake.DeltaTable(orders).version()
+    zone.drop("sales.Order", "20240101-0004.parquet", [order("o7", 500, "gone", "D")], ORDER)
+    ws.run_once(spark, config(ws))
+    assert deltalake.DeltaTable(orders).version() == version
+    assert ("o7", 0) in current(tombstones, "id", "version")
+    assert outcomes(spark, ws)[-1].actions[0].skipped == 1
