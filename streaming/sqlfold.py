@@ -312,10 +312,10 @@ def fold_rows(
         )
 
     folded = keyed.select("id", F.aggregate("__changes", start, merge).alias("f"))
-    return folded.select(F.inline(_rows(folded, out, mark_type is not None)))
+    return folded.select(F.inline(_rows(out, mark_type is not None)))
 
 
-def _rows(folded: DataFrame, out: StructType, marked: bool) -> Column:
+def _rows(out: StructType, marked: bool) -> Column:
     """Each key's output rows as an array of ``out`` structs: its effects, then — if it
     changed (a history entry, or its tombstone's watermark moved) — its new state and its
     history entries."""

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     ArrayType,
     LongType,
@@ -156,6 +156,30 @@ CHANGES = StructType(
 )
 
 
+def _sql_fold(
+    spark: SparkSession,
+    changes: list[dict[str, Any]],
+    current: DataFrame | None,
+    tombstones: DataFrame | None,
+    *,
+    watermark: tuple[str, ...],
+    unique: bool,
+    out: StructType,
+) -> list[dict[str, Any]]:
+    """The output rows of ``sqlfold.fold_rows`` over generated changes."""
+    rows = fold_rows(
+        spark.createDataFrame(changes, CHANGES),
+        current,
+        tombstones,
+        unique=unique,
+        data=DATA,
+        watermark=watermark,
+        at=AT,
+        out=out,
+    ).collect()
+    return [r.asDict() for r in rows]
+
+
 @pytest.mark.parametrize(
     "watermark", [(), ("ts",), ("ts", "b")], ids=["no-watermark", "ts", "ts-and-b"]
 )
@@ -186,20 +210,19 @@ def test_sql_fold_equals_reference_fold(spark: SparkSession, watermark: tuple[st
     moved = [r for r in expected if r["__row_kind"] == "state" and r["id"] not in with_history]
     assert bool(moved) == bool(watermark)  # tombstones whose watermark a skipped delete moved
     both = spark.createDataFrame(stored, stored_type)
-    found = fold_rows(
-        spark.createDataFrame(changes, CHANGES),
+    found = _sql_fold(
+        spark,
+        changes,
         both.where("s_version IS NOT NULL").select(
             "id", "s_version", "s_created", "s_updated", "s_data"
         ),
         both.where("t_version IS NOT NULL").select("id", "t_version", *(["t_mark"] * bool(mark))),
-        unique=False,
-        data=DATA,
         watermark=watermark,
-        at=AT,
+        unique=False,
         out=out,
-    ).collect()
+    )
     assert len(found) == len(expected)
-    assert _canonical([r.asDict() for r in found], out) == _canonical(expected, out)
+    assert _canonical(found, out) == _canonical(expected, out)
 
 
 def test_sql_fold_of_one_change_per_key_into_empty_tables(spark: SparkSession) -> None:
@@ -213,17 +236,8 @@ def test_sql_fold_of_one_change_per_key_into_empty_tables(spark: SparkSession) -
         "inserted",
         "skipped",
     }
-    found = fold_rows(
-        spark.createDataFrame(changes, CHANGES),
-        None,
-        None,
-        unique=True,
-        data=DATA,
-        watermark=watermark,
-        at=AT,
-        out=out,
-    ).collect()
-    assert _canonical([r.asDict() for r in found], out) == _canonical(expected, out)
+    found = _sql_fold(spark, changes, None, None, watermark=watermark, unique=True, out=out)
+    assert _canonical(found, out) == _canonical(expected, out)
 
 
 def test_a_schema_with_a_map_is_left_to_the_python_fold() -> None:
