@@ -9,6 +9,7 @@ the cache the rest of the wave reads (``load_wave``).
 from __future__ import annotations
 
 import os
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -171,8 +172,10 @@ class RowCount:
     """What the check job counted of one load."""
 
     rows: int
-    repeated: int
-    """How many of its ids are given more than once (``count(id) - count(distinct id)``)."""
+    repeated: int | None
+    """How many of its ids are given more than once (``count(id) - count(distinct id)``); None:
+    not counted (a load whose repeats are changes, beside other loads of its table: neither an
+    error nor a way to fold without grouping)."""
 
 
 @dataclass(frozen=True)
@@ -416,7 +419,12 @@ def check_loads(
 ) -> dict[int, RejectedError]:
     """Row-level problems per load ordinal, found by one Spark job over every load of the wave
     (one result row per load: ``__seq`` also numbers the rows of loads whose order matters).
-    ``counts``, if given, receives what the job counted of each load (rows, repeated ids)."""
+    ``counts``, if given, receives what the job counted of each load (rows, repeated ids).
+
+    Ids are counted distinct only where the answer is used (an exact distinct count is a
+    shuffle of every id): loads where a repeated id is an error, and loads alone on their
+    table in the wave (``RowCount.repeated == 0`` lets the fold skip grouping). Which columns
+    hold values of the wrong type is asked by a second job, only when some row has one."""
     if counts is not None:
         counts.update({load.ordinal: RowCount(0, 0) for part in loaded for load in part.loads})
     if not loaded:
@@ -424,23 +432,38 @@ def check_loads(
     union = loaded[0].frame.select(_CHECK_COLUMNS)
     for part in loaded[1:]:
         union = union.unionByName(part.frame.select(_CHECK_COLUMNS))
+    by_ordinal = {load.ordinal: load for part in loaded for load in part.loads}
+    per_table = Counter(load.writes for load in by_ordinal.values())
+    distinct = sorted(
+        load.ordinal
+        for load in by_ordinal.values()
+        if load.schema.is_object
+        and (not _many_changes_per_key(load) or per_table[load.writes] == 1)
+    )
+    ordinal = F.shiftright(F.col("__seq").cast("long"), SEQ_SHIFT)
+    counted_id = F.when(ordinal.isin(distinct), F.col("id"))
     stats = (
-        union.groupBy(F.shiftright(F.col("__seq").cast("long"), SEQ_SHIFT).alias("ordinal"))
+        union.groupBy(ordinal.alias("ordinal"))
         .agg(
             F.sum(F.col("__corrupt").cast("int")).alias("corrupt"),
             F.sum(F.col("id").isNull().cast("int")).alias("no_id"),
-            (F.count("id") - F.count_distinct("id")).alias("dup_ids"),
-            F.array_distinct(F.flatten(F.collect_list("__bad_cols"))).alias("bad_cols"),
+            *(
+                [(F.count(counted_id) - F.count_distinct(counted_id)).alias("dup_ids")]
+                if distinct
+                else [F.lit(None).cast("long").alias("dup_ids")]
+            ),
+            F.sum((F.size("__bad_cols") > 0).cast("int")).alias("bad_rows"),
             F.count(F.lit(1)).alias("rows"),
         )
         .collect()
     )
-    by_ordinal = {load.ordinal: load for part in loaded for load in part.loads}
     errors: dict[int, RejectedError] = {}
+    mistyped: list[int] = []
     for row in stats:
         load = by_ordinal[int(row["ordinal"])]
+        repeated = int(row["dup_ids"]) if load.ordinal in distinct else None
         if counts is not None:
-            counts[load.ordinal] = RowCount(int(row["rows"]), int(row["dup_ids"]))
+            counts[load.ordinal] = RowCount(int(row["rows"]), repeated)
         where = f"actions[{load.action_index}] {load.schema.name} from {_describe(load)}"
         keyed = load.schema.is_object
         if row["corrupt"]:
@@ -451,16 +474,36 @@ def check_loads(
             errors[load.ordinal] = RejectedError(
                 f"{where}: {row['no_id']} record(s) have no id", code="MISSING_ID"
             )
-        elif row["dup_ids"] and keyed and not _many_changes_per_key(load):
+        elif repeated and keyed and not _many_changes_per_key(load):
             errors[load.ordinal] = RejectedError(
-                f"{where}: {row['dup_ids']} id(s) appear more than once", code="DUPLICATE_ID"
+                f"{where}: {repeated} id(s) appear more than once", code="DUPLICATE_ID"
             )
-        elif row["bad_cols"]:
-            errors[load.ordinal] = RejectedError(
-                f"{where}: values of {sorted(row['bad_cols'])} do not match the schema's types",
-                code="TYPE_MISMATCH",
-            )
+        elif row["bad_rows"]:
+            mistyped.append(load.ordinal)
+    for number, columns in _mistyped_columns(union, mistyped).items():
+        load = by_ordinal[number]
+        errors[number] = RejectedError(
+            f"actions[{load.action_index}] {load.schema.name} from {_describe(load)}: "
+            f"values of {columns} do not match the schema's types",
+            code="TYPE_MISMATCH",
+        )
     return errors
+
+
+def _mistyped_columns(union: DataFrame, ordinals: list[int]) -> dict[int, list[str]]:
+    """Per load ordinal, the columns some of whose values did not fit the schema's type."""
+    if not ordinals:
+        return {}
+    ordinal = F.shiftright(F.col("__seq").cast("long"), SEQ_SHIFT)
+    found: dict[int, list[str]] = defaultdict(list)
+    for row in (
+        union.where(ordinal.isin(ordinals) & (F.size("__bad_cols") > 0))
+        .select(ordinal.alias("ordinal"), F.explode("__bad_cols").alias("column"))
+        .distinct()
+        .collect()
+    ):
+        found[int(row["ordinal"])].append(row["column"])
+    return {number: sorted(columns) for number, columns in found.items()}
 
 
 def _many_changes_per_key(load: Load) -> bool:

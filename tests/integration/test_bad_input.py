@@ -380,6 +380,15 @@ def test_kind_is_rejected_with_its_code_and_quarantined(run: Run, kind: Kind) ->
     assert kept["error_message"] == outcome.error.message
 
 
+def test_a_type_mismatch_names_the_columns_whose_values_do_not_fit(run: Run) -> None:
+    mismatched = [k for k in KINDS if k.code == "TYPE_MISMATCH"]
+    assert len(mismatched) == 4
+    for kind in mismatched:
+        error = run.outcomes[KINDS.index(kind) + 2].error
+        assert error is not None
+        assert "'age'" in error.message, error.message
+
+
 def test_good_transactions_around_the_bad_ones_commit(run: Run) -> None:
     first, last = run.outcomes[1], run.outcomes[len(run.lines)]
     assert (first.transaction_id, first.status) == ("good-before", Status.COMMITTED)
