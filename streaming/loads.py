@@ -19,7 +19,21 @@ from datetime import datetime
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, LongType, MapType, StringType, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+)
 from pyspark.util import inheritable_thread_target
 
 from streaming.apply import SEQ_SHIFT
@@ -48,7 +62,7 @@ def _read_files(spark: SparkSession, files: Files) -> DataFrame:
     if files.format is DataFormat.PARQUET:
         return spark.read.parquet(path)
     if files.format is DataFormat.DMS:
-        return _numbered_by_file(spark.read.parquet(path))
+        return _numbered_by_file(spark.read.parquet(path), one_file=_one_file(files))
     if files.format is DataFormat.EXTENDED:  # Parquet or JSON lines, whichever the files are
         parquet = path.endswith(".parquet") or (
             files.location.local
@@ -60,7 +74,12 @@ def _read_files(spark: SparkSession, files: Files) -> DataFrame:
     raise RejectedError(f"format {files.format} is not supported yet", code="UNSUPPORTED_FORMAT")
 
 
-def _numbered_by_file(df: DataFrame) -> DataFrame:
+def _one_file(files: Files) -> bool:
+    """Whether the files are one local file (the landing zone's case), known without a listing."""
+    return files.location.local and os.path.isfile(files.location.path)
+
+
+def _numbered_by_file(df: DataFrame, *, one_file: bool = False) -> DataFrame:
     """DMS rows keep their order in the files, so several changes to one key apply in file
     order: ``ROW`` numbers the rows 0, 1, … by (file name, row in file). It is the row's index
     in its file plus the number of rows of the files before it, computed where the files are
@@ -69,7 +88,7 @@ def _numbered_by_file(df: DataFrame) -> DataFrame:
     broadcast. Like the row numbers before, they are the low bits of ``__seq`` (``SEQ_SHIFT``):
     a load holds fewer than ``2**31`` rows."""
     at = F.col("_metadata.row_index")
-    if len(df.inputFiles()) <= 1:  # the landing zone's case: one file per transaction
+    if one_file or len(df.inputFiles()) <= 1:  # the landing zone's: one file per transaction
         return df.withColumn(ROW, at)
     files = df.select(
         F.col("_metadata.file_path").alias("__file"), F.col("_metadata.file_name").alias("__name")
@@ -351,6 +370,17 @@ def load_changes(spark: SparkSession, load: Load, reader: Reader) -> DataFrame:
 
 
 _NESTED = (ArrayType, MapType, StructType)
+_NUMBERS = (ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, DecimalType)
+
+
+def _always_castable(source: DataType, target: DataType) -> bool:
+    """Casts Spark allows between any two values of these types: number ↔ number, text →
+    number, number or text or boolean → text."""
+    if isinstance(target, _NUMBERS):
+        return isinstance(source, (*_NUMBERS, StringType))
+    return isinstance(target, StringType) and isinstance(
+        source, (*_NUMBERS, StringType, BooleanType)
+    )
 
 
 def _castable(raw: DataFrame, column: str, target: DataType) -> bool:
@@ -358,6 +388,8 @@ def _castable(raw: DataFrame, column: str, target: DataType) -> bool:
     ``try_cast`` then decides): never a nested value into a scalar property or back (Spark would
     print a struct as a string), nor a cast Spark refuses (an array into an integer)."""
     source = raw.schema[column].dataType
+    if source == target or _always_castable(source, target):
+        return True  # no plan to analyse (a few ms each, per column of every load)
     if isinstance(source, _NESTED) != isinstance(target, _NESTED):
         return False
     try:
@@ -536,7 +568,7 @@ def _in_file_order(load: Load, raw: DataFrame) -> DataFrame:
         and _many_changes_per_key(load)
     ):
         return raw
-    return _numbered_by_file(raw)
+    return _numbered_by_file(raw, one_file=_one_file(files))
 
 
 def changes_only(df: DataFrame) -> DataFrame:
