@@ -35,6 +35,11 @@ _BASE_CONF = {
     # Readers outside Spark (delta-rs, Trino) must read what we write: keep default table features.
     "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",
     "spark.ui.showConsoleProgress": "false",
+    # Compiled code of operators and expressions, shared by all jobs (default 100 classes). A
+    # batch plans a few hundred (Delta's own included): with 100, each batch evicted what the
+    # next needs and compiled it again — Batch 25 compiled 1,358 classes (16.9 s) instead of
+    # 246 (6.4 s), and a batch took 11.3 s instead of 8.4 s. Static: set before the JVM starts.
+    "spark.sql.codegen.cache.maxEntries": "1000",
     # Delta's SQL parser drops the parameters of spark.sql(text, args) (delta-io/delta#7640);
     # query schemas bind ${arg} as parameters, which this legacy substitution keeps working.
     "spark.sql.legacy.parameterSubstitution.constantsOnly": "true",

@@ -68,3 +68,9 @@ def test_every_silenced_logger_names_a_class_spark_has() -> None:
     assert missing == []
     # Anything else still shows from WARN up: a new warning is seen (and fails the demo's test).
     assert re.search(r"^rootLogger\.level = warn$", text, flags=re.MULTILINE)
+
+
+def test_compiled_code_is_cached_for_a_batchs_worth_of_plans_unless_the_user_says() -> None:
+    key = "spark.sql.codegen.cache.maxEntries"
+    assert int(session_conf(SparkConfig())[key]) >= 1000  # Spark's default of 100 thrashes
+    assert session_conf(SparkConfig(conf={key: "50"}))[key] == "50"
