@@ -22,15 +22,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
-    ByteType,
     DataType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IntegerType,
     LongType,
     MapType,
-    ShortType,
+    NumericType,
     StringType,
     StructType,
 )
@@ -370,16 +365,15 @@ def load_changes(spark: SparkSession, load: Load, reader: Reader) -> DataFrame:
 
 
 _NESTED = (ArrayType, MapType, StructType)
-_NUMBERS = (ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, DecimalType)
 
 
 def _always_castable(source: DataType, target: DataType) -> bool:
     """Casts Spark allows between any two values of these types: number ↔ number, text →
     number, number or text or boolean → text."""
-    if isinstance(target, _NUMBERS):
-        return isinstance(source, (*_NUMBERS, StringType))
+    if isinstance(target, NumericType):
+        return isinstance(source, (NumericType, StringType))
     return isinstance(target, StringType) and isinstance(
-        source, (*_NUMBERS, StringType, BooleanType)
+        source, (NumericType, StringType, BooleanType)
     )
 
 

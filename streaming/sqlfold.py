@@ -30,15 +30,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
-    ByteType,
     DataType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IntegerType,
     LongType,
     MapType,
-    ShortType,
+    NumericType,
     StringType,
     StructField,
     StructType,
@@ -46,8 +41,6 @@ from pyspark.sql.types import (
 )
 
 from streaming.core.fold import AGGREGATE, MISSING, ChangeKind
-
-_NUMERIC = (ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, DecimalType)
 
 
 def supported(data: StructType) -> bool:
@@ -192,7 +185,7 @@ def fold_rows(
             flag = F.coalesce(c["flags"][p], F.lit(0).cast("long"))
             old, add = acc["data"][p], c["data"][p]
             dtype = data[p].dataType
-            if isinstance(dtype, _NUMERIC):
+            if isinstance(dtype, NumericType):
                 summed = old + add
             elif isinstance(dtype, StringType):
                 summed = F.concat(old, add)
