@@ -42,8 +42,11 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
+    DataType,
     LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -423,9 +426,9 @@ def _apply_large(
             *([F.col("t.watermark").alias("t_mark")] if mark else []),
         )
     )
-    no_tombstones = holds_no_rows(spark, paths.tombstones, before[paths.tombstones])
     out_schema = _fold_schema(data_schema, mark)
     if supported(data_schema):
+        no_tombstones = holds_no_rows(spark, paths.tombstones, before[paths.tombstones])
         rows = fold_rows(
             changes,
             None if first_load else current,
@@ -480,19 +483,48 @@ def _apply_large(
 
 # -- writes -------------------------------------------------------------------------------------
 def _with_hash(df: DataFrame, props: list[str]) -> DataFrame:
+    """``hash``: the SHA-256 of the JSON of the properties (NULLs left out), map entries in key
+    order — the same content gives the same hash whichever fold wrote it."""
     mark = ["__mark"] if "__mark" in df.columns else []
     return df.select(
         "id",
         "version",
         "created",
         "updated",
-        F.sha2(F.to_json(F.col("data")), 256).alias("hash"),
+        F.sha2(F.to_json(_in_key_order(F.col("data"), df.schema["data"].dataType)), 256).alias(
+            "hash"
+        ),
         *[F.col(f"data.{p}").alias(p) for p in props],
         "__deleted",
         "__op",
         "__tx",
         *mark,
     )
+
+
+def _has_map(dtype: DataType) -> bool:
+    if isinstance(dtype, MapType):
+        return True
+    if isinstance(dtype, ArrayType):
+        return _has_map(dtype.elementType)
+    return isinstance(dtype, StructType) and any(_has_map(f.dataType) for f in dtype.fields)
+
+
+def _in_key_order(value: Column, dtype: DataType) -> Column:
+    """``value`` with the entries of every map in it (at any depth) sorted by key. A map keeps
+    the order its entries were built in, and that order depends on the path the row took
+    (JSON reader, Arrow, the driver's dicts); ``to_json`` prints it as it is."""
+    if not _has_map(dtype):
+        return value
+    if isinstance(dtype, MapType):
+        keys = F.array_sort(F.map_keys(value))
+        values = F.transform(keys, lambda k: _in_key_order(value[k], dtype.valueType))
+        return F.map_from_arrays(keys, values)
+    if isinstance(dtype, ArrayType):
+        return F.transform(value, lambda item: _in_key_order(item, dtype.elementType))
+    assert isinstance(dtype, StructType)
+    fields = [_in_key_order(value[f.name], f.dataType).alias(f.name) for f in dtype.fields]
+    return F.when(value.isNull(), F.lit(None).cast(dtype)).otherwise(F.struct(*fields))
 
 
 def _merge(

@@ -144,7 +144,7 @@ def test_grouped_batch_equals_one_transaction_at_a_time(
     fold: str,
 ) -> None:
     """Both ways the sink folds a table's changes (``streaming.apply``): on the driver (small
-    change sets, the usual micro-batch) and in Python workers on the executors (large ones)."""
+    change sets, the usual micro-batch) and on the JVM (large ones, `streaming.sqlfold`)."""
     if fold == "executors":
         monkeypatch.setattr(apply_module, "DRIVER_FOLD_MAX_ROWS", 0)
     sequences = generated_sequences(SEQUENCES)
