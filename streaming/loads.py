@@ -490,7 +490,7 @@ def check_loads(
         repeated = int(row["dup_ids"]) if load.ordinal in distinct else None
         if counts is not None:
             counts[load.ordinal] = RowCount(int(row["rows"]), repeated)
-        where = f"actions[{load.action_index}] {load.schema.name} from {_describe(load)}"
+        where = _where(load)
         keyed = load.schema.is_object
         if row["corrupt"]:
             errors[load.ordinal] = RejectedError(
@@ -507,13 +507,16 @@ def check_loads(
         elif row["bad_rows"]:
             mistyped.append(load.ordinal)
     for number, columns in _mistyped_columns(union, mistyped).items():
-        load = by_ordinal[number]
         errors[number] = RejectedError(
-            f"actions[{load.action_index}] {load.schema.name} from {_describe(load)}: "
-            f"values of {columns} do not match the schema's types",
+            f"{_where(by_ordinal[number])}: values of {columns} do not match the schema's types",
             code="TYPE_MISMATCH",
         )
     return errors
+
+
+def _where(load: Load) -> str:
+    """A load as error messages name it: its action, target schema and source."""
+    return f"actions[{load.action_index}] {load.schema.name} from {_describe(load)}"
 
 
 def _mistyped_columns(union: DataFrame, ordinals: list[int]) -> dict[int, list[str]]:
