@@ -58,7 +58,7 @@ from streaming.core.fold import Change, ChangeKind, Effect, Folded, Stored, fold
 from streaming.faults import crash_point
 from streaming.layout import ObjectTable
 from streaming.retry import on_conflict_retry
-from streaming.sqlfold import fold_rows, supported
+from streaming.sqlfold import fold_rows, has_map, supported
 from streaming.tables import (
     BatchCommit,
     append,
@@ -288,7 +288,7 @@ def _apply_small(
     history = None
     if state:
         out_schema = _fold_schema(data_schema, mark)
-        written = any(effect in ("inserted", "updated", "deleted") for _, effect in counts)
+        written = _writes(counts)
         if written:  # else only tombstones' watermarks moved: the current table stays as it is
             keys = sorted({r["id"] for r in state})
             _merge(spark.createDataFrame(state, out_schema), props, paths, commit, keys=keys)
@@ -311,6 +311,12 @@ def _apply_small(
                 props,
             )
     return TableResult(dict(counts), latest_version(spark, paths.current), history)
+
+
+def _writes(counts: Mapping[tuple[int, Effect], int]) -> bool:
+    """Whether the batch inserts, updates or deletes a row of the current table (else at most
+    tombstones' watermarks moved, and the current table and history stay as they are)."""
+    return any(effect in ("inserted", "updated", "deleted") for _, effect in counts)
 
 
 _NOTHING: dict[str, Any] = {"s_version": None, "t_version": None}
@@ -470,7 +476,7 @@ def _apply_large(
             deletes += int(r["n"])
     history = None
     state = folded.where("__row_kind = 'state'")
-    if any(effect in ("inserted", "updated", "deleted") for _, effect in counts):
+    if _writes(counts):
         if first_load:
             _insert(state, props, paths, commit)
         else:
@@ -502,19 +508,11 @@ def _with_hash(df: DataFrame, props: list[str]) -> DataFrame:
     )
 
 
-def _has_map(dtype: DataType) -> bool:
-    if isinstance(dtype, MapType):
-        return True
-    if isinstance(dtype, ArrayType):
-        return _has_map(dtype.elementType)
-    return isinstance(dtype, StructType) and any(_has_map(f.dataType) for f in dtype.fields)
-
-
 def _in_key_order(value: Column, dtype: DataType) -> Column:
     """``value`` with the entries of every map in it (at any depth) sorted by key. A map keeps
     the order its entries were built in, and that order depends on the path the row took
     (JSON reader, Arrow, the driver's dicts); ``to_json`` prints it as it is."""
-    if not _has_map(dtype):
+    if not has_map(dtype):
         return value
     if isinstance(dtype, MapType):
         keys = F.array_sort(F.map_keys(value))

@@ -43,19 +43,18 @@ from pyspark.sql.types import (
 from streaming.core.fold import AGGREGATE, MISSING, ChangeKind
 
 
+def has_map(dtype: DataType) -> bool:
+    """Whether a map is anywhere in ``dtype`` (in arrays and structs too)."""
+    if isinstance(dtype, MapType):
+        return True
+    if isinstance(dtype, ArrayType):
+        return has_map(dtype.elementType)
+    return isinstance(dtype, StructType) and any(has_map(f.dataType) for f in dtype.fields)
+
+
 def supported(data: StructType) -> bool:
     """Whether rows of this type can be folded here: no map anywhere (maps do not compare)."""
-
-    def comparable(dtype: DataType) -> bool:
-        if isinstance(dtype, MapType):
-            return False
-        if isinstance(dtype, ArrayType):
-            return comparable(dtype.elementType)
-        if isinstance(dtype, StructType):
-            return all(comparable(f.dataType) for f in dtype.fields)
-        return True
-
-    return comparable(data)
+    return not has_map(data)
 
 
 def _let(value: Column, body: Callable[[Column], Column]) -> Column:
