@@ -1,8 +1,8 @@
 """``python -m bench [--quick] [--workloads W1,Batch,W2,Scale,FullLoad,Cold] [--output FILE]``.
 
 W1K (W1 over a local Kafka broker), Latency (publish → outcome at a steady rate), ScaleRandom
-(Scale with the tables' rows in random id order) and Sweep are not in the default set:
-``--workloads W1K,Latency,ScaleRandom``."""
+(Scale with the tables' rows in random id order), ScaleClustered (the same, then ``cdc maintain
+--cluster``) and Sweep are not in the default set: ``--workloads W1K,Latency,ScaleRandom``."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ WORKLOADS = (
     "W2",
     "Scale",
     "ScaleRandom",
+    "ScaleClustered",
     "FullLoad",
     "Sweep",
     "Cold",
@@ -45,14 +46,14 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="W1: apply only the first N transactions of the generated stream (same data)",
     )
-    parser.add_argument("--w2-changes", type=int, help="W2, Scale, ScaleRandom: DMS changes")
+    parser.add_argument("--w2-changes", type=int, help="W2 and the Scale workloads: DMS changes")
     parser.add_argument(
         "--w2-rows",
         type=int,
-        help="W2: rows of the table before the run; the changes of W2, Scale and ScaleRandom "
+        help="W2: rows of the table before the run; the changes of W2 and the Scale workloads "
         "update and delete keys of this range",
     )
-    parser.add_argument("--w2-files", type=int, help="W2, Scale, ScaleRandom: DMS files")
+    parser.add_argument("--w2-files", type=int, help="W2 and the Scale workloads: DMS files")
     parser.add_argument(
         "--w2-baselines",
         metavar="NAME,...",
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scale-rows",
         metavar="SMALL,LARGE",
-        help="Scale and ScaleRandom: the two table sizes (default 1000000,10000000; "
+        help="The Scale workloads: the two table sizes (default 1000000,10000000; "
         "quick: 100000,1000000)",
     )
     parser.add_argument(

@@ -145,7 +145,7 @@ class Profiler:
         self.wrap(sink_cls, "_apply_wave", "apply: fold + MERGE per table")
         self.wrap(sink, "apply_to_object_table", "apply to one object table")
         self.wrap(apply, "_stored_rows", "read the keys' stored rows (driver fold)")
-        self.wrap(_dataframe_class(), "localCheckpoint", "join stored state + fold (mapInArrow)")
+        self.wrap(_dataframe_class(), "localCheckpoint", "join stored state + fold, materialised")
         self.wrap(apply, "_merge", "MERGE current table")
         self.wrap(apply, "_append_tombstones", "append tombstones")
         self.wrap(sink_cls, "_outcomes", "build outcomes")

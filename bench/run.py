@@ -1,6 +1,7 @@
 """The runner: workloads W1 (many small transactions), Batch (the cost of one micro-batch), W2
-(bulk DMS), Scale and ScaleRandom (W2 into a small and a large table, rows in id order or in
-random id order), FullLoad (one DMS full-load file into an empty table) and Cold (the first
+(bulk DMS), Scale, ScaleRandom and ScaleClustered (W2 into a small and a large table, rows in id
+order, in random id order, or in random id order then clustered by ``cdc maintain --cluster``),
+FullLoad (one DMS full-load file into an empty table) and Cold (the first
 batch of a fresh process), ours and the baselines side by side on one SparkSession, then a
 table of numbers and ratios.
 
@@ -32,6 +33,7 @@ from bench.sizes import Sizes
 from connectors.kafka_broker import LocalKafkaBroker
 from streaming.config import SparkConfig
 from streaming.job import Job
+from streaming.maintain import maintain
 from streaming.session import build_session
 
 
@@ -336,21 +338,38 @@ def scale(
     reuse: tuple[int, OurRun] | None,
     *,
     shuffled: bool = False,
+    clustered: bool = False,
 ) -> dict[str, Any]:
     """Scale (``shuffled``: ScaleRandom, the tables' rows in random id order across files; W2's
-    run is then never reused, its table is in id order)."""
-    label = "ScaleRandom" if shuffled else "Scale"
+    run is then never reused, its table is in id order; ``clustered`` too: ScaleClustered, the
+    shuffled table then clustered by ``cdc maintain --cluster``, untimed, its seconds reported)."""
+    label = "ScaleClustered" if clustered else "ScaleRandom" if shuffled else "Scale"
+    shuffled = shuffled or clustered
     changes = data.w2_changes(sizes.w2_changes, sizes.w2_table_rows)
     runs: dict[int, OurRun] = {}
+    maintained: dict[str, dict[str, Any]] = {}
+    if reuse is None:  # W2 did not run first: its warm-up, so the small table does not pay it
+        _w2_warm_up(spark, base / f"{label.lower()}-warm-up", sizes, plain=False)
     for rows in sizes.scale_rows:
         if reuse and reuse[0] == rows and not shuffled:
             say(f"{label}: {rows:,} rows = W2's run")
             runs[rows] = reuse[1]
             continue
         say(f"{label}: seeding {rows:,} rows{' in random id order' if shuffled else ''}")
-        ws, job, _, _ = _w2_workspace(
+        ws, job, _, table = _w2_workspace(
             spark, base, f"{label.lower()}-{rows}", changes, rows, sizes, shuffled=shuffled
         )
+        if clustered:
+            started = time.perf_counter()
+            done = maintain(
+                spark, [table], optimize=False, vacuum_hours=None, current=[table], cluster=True
+            )[0]
+            maintained[str(rows)] = {
+                "seconds": round(time.perf_counter() - started, 3),
+                "files_before": done.files_before,
+                "files_after": done.files_after,
+            }
+            say(f"{label}: cdc maintain --cluster {maintained[str(rows)]}")
         say(f"{label}: ours against {rows:,} rows")
         runs[rows] = run_job(spark, job)
         say(f"{label}: {runs[rows].seconds:.1f}s")
@@ -359,6 +378,7 @@ def scale(
     return {
         "changes": len(changes),
         "shuffled": shuffled,
+        **({"maintain": maintained} if clustered else {}),
         "runs": {str(r): run.as_json() for r, run in runs.items()},
         "time_ratio": round(runs[large].seconds / runs[small].seconds, 3),
         "rows_ratio": large / small,
@@ -508,6 +528,13 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float | None], str, flo
         "ScaleRandom",
         "ScaleRandom: time large / small table",
         lambda r: _get(r, "ScaleRandom", "time_ratio"),
+        "<=",
+        1.5,
+    ),
+    (
+        "ScaleClustered",
+        "ScaleClustered: time large / small table",
+        lambda r: _get(r, "ScaleClustered", "time_ratio"),
         "<=",
         1.5,
     ),
@@ -672,15 +699,25 @@ def render(results: dict[str, Any]) -> str:
                 f"W2       keys only in ours {diff['only_ours']:,}, only in plain one MERGE "
                 f"{diff['only_plain']:,}"
             )
-    for work in ("Scale", "ScaleRandom"):
+    orders = {
+        "Scale": "",
+        "ScaleRandom": "rows in random id order, ",
+        "ScaleClustered": "rows in random id order, then cdc maintain --cluster, ",
+    }
+    for work, order in orders.items():
         if work not in results:
             continue
         r = results[work]
-        order = "rows in random id order, " if work == "ScaleRandom" else ""
         for rows, run in r["runs"].items():
             lines.append(
                 f"{work:<8} ours, W2 changes into {int(rows):>12,} rows {run['seconds']:>9.1f}s"
             )
+            m = r.get("maintain", {}).get(rows)
+            if m:
+                lines.append(
+                    f"{work:<8} cdc maintain --cluster of {int(rows):,} rows (not in ours' time): "
+                    f"{m['seconds']:.1f}s, {m['files_before']} -> {m['files_after']} files"
+                )
         lines.append(
             f"{work:<8} time ratio {r['time_ratio']:.2f}x for {r['rows_ratio']:g}x rows "
             f"({order}{r['changes']:,} changes)"
@@ -847,6 +884,9 @@ def run(
             _write(output, results)
         if "ScaleRandom" in workloads:
             results["ScaleRandom"] = scale(spark, sizes, base, None, shuffled=True)
+            _write(output, results)
+        if "ScaleClustered" in workloads:
+            results["ScaleClustered"] = scale(spark, sizes, base, None, clustered=True)
             _write(output, results)
         if "FullLoad" in workloads:
             results["FullLoad"] = full_load(spark, sizes, base)

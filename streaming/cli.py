@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from streaming.config import AppConfig, load_config
 from streaming.errors import CdcError
+from streaming.layout import CURRENT_FILE_MIB, Layout
 from streaming.logs import configure_logging
 from streaming.outcomes import Outcome
 
@@ -133,7 +134,6 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 
 def _outcomes_from_delta(cfg: AppConfig, verbose: bool) -> list[Outcome]:
-    from streaming.layout import Layout
     from streaming.session import build_session
     from streaming.tables import read_table
 
@@ -145,7 +145,6 @@ def _outcomes_from_delta(cfg: AppConfig, verbose: bool) -> list[Outcome]:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from streaming.display import format_table
-    from streaming.layout import Layout
     from streaming.session import build_session
     from streaming.tables import read_table
 
@@ -181,7 +180,6 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from streaming.layout import Layout
     from streaming.session import build_session
     from streaming.status import collect_status, format_status
 
@@ -216,24 +214,34 @@ def cmd_config_reference(args: argparse.Namespace) -> int:
 def cmd_maintain(args: argparse.Namespace) -> int:
     from streaming.display import format_table
     from streaming.job import load_datasets
-    from streaming.layout import Layout
-    from streaming.maintain import all_tables, maintain
+    from streaming.maintain import all_tables, current_tables, maintain
     from streaming.session import build_session
 
-    if not args.optimize and args.vacuum is None:
+    if not args.optimize and not args.cluster and args.vacuum is None:
         args.optimize = True
     cfg = _config(args)
     layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
+    datasets = load_datasets(cfg)
     spark = build_session(cfg.spark, verbose=args.verbose)
     done = maintain(
         spark,
-        list(all_tables(layout, load_datasets(cfg))),
+        list(all_tables(layout, datasets)),
         optimize=args.optimize,
         vacuum_hours=args.vacuum,
+        current=current_tables(layout, datasets),
+        cluster=args.cluster,
+        current_file_mib=args.file_mib,
     )
     rows = [[m.path, m.files_before, m.files_after] for m in done]
     print(format_table(["table", "files before", "files after"], rows))
     return 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
+    return value
 
 
 def _config_option(parser: argparse.ArgumentParser) -> None:
@@ -320,6 +328,19 @@ def build_parser() -> argparse.ArgumentParser:
     maint = sub.add_parser("maintain", help="OPTIMIZE / VACUUM every table (default: OPTIMIZE)")
     _config_option(maint)
     maint.add_argument("--optimize", action="store_true", help="compact small files")
+    maint.add_argument(
+        "--cluster",
+        action="store_true",
+        help="as --optimize, and Z-order every current table by id (rewrites all its files; "
+        "each then holds a narrow id range, so a MERGE rewrites only the files of its keys)",
+    )
+    maint.add_argument(
+        "--file-mib",
+        type=_positive_int,
+        default=CURRENT_FILE_MIB,
+        metavar="MIB",
+        help=f"file size OPTIMIZE aims at in current tables (default {CURRENT_FILE_MIB})",
+    )
     maint.add_argument(
         "--vacuum", type=float, metavar="HOURS", help="remove files unreferenced for HOURS"
     )

@@ -1,19 +1,26 @@
-"""``cdc maintain``: compaction (OPTIMIZE) and clean-up (VACUUM) of every table the job writes.
+"""``cdc maintain``: compaction (OPTIMIZE), clustering by id (OPTIMIZE ZORDER BY) and clean-up
+(VACUUM) of every table the job writes.
 
-Both are allowed on the append-only history tables: they rewrite or remove files without changing
+All are allowed on the append-only history tables: they rewrite or remove files without changing
 data (``dataChange = false``), which ``delta.appendOnly`` permits.
+
+A current table is MERGEd by ``id``: a batch rewrites every file that holds one of its keys. Its
+files are therefore kept small (``current_file_mib``, not Delta's 1 GB) and, with ``cluster``,
+each holds a narrow id range, so that a batch's keys fall in few files and Delta's data skipping
+passes over the rest (README "Table layout").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from streaming.catalog import Dataset
-from streaming.layout import Layout
+from streaming.layout import CURRENT_FILE_MIB, Layout
 
 
 @dataclass(frozen=True)
@@ -31,9 +38,45 @@ def all_tables(layout: Layout, datasets: Mapping[str, Dataset]) -> Iterator[str]
             yield from (paths.current, paths.tombstones, paths.history)
 
 
+def current_tables(layout: Layout, datasets: Mapping[str, Dataset]) -> set[str]:
+    """The tables MERGEd by id (one row per key)."""
+    return {
+        layout.table(name, schema.name)
+        for name, dataset in datasets.items()
+        for schema in dataset.object_schemas()
+    }
+
+
 def file_count(spark: SparkSession, path: str) -> int:
     row = DeltaTable.forPath(spark, path).detail().select("numFiles").first()
     return int(row["numFiles"]) if row is not None else 0
+
+
+@contextmanager
+def _session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """``settings`` in the session's conf for the block, then what was there before."""
+    saved = {k: spark.conf.get(k, None) for k in settings}
+    for k, value in settings.items():
+        spark.conf.set(k, value)
+    try:
+        yield
+    finally:
+        for k, old in saved.items():
+            if old is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, old)
+
+
+def _current_conf(file_mib: int, cluster: bool) -> dict[str, str]:
+    """OPTIMIZE of a current table: files of ``file_mib`` (the target, and compaction's
+    threshold); Z-order without the random byte Delta adds to each row's Z-value against skew
+    (ids are unique: no skew, and the noise makes neighbouring files' id ranges overlap)."""
+    size = str(file_mib * 2**20)
+    conf = {f"spark.databricks.delta.optimize.{k}FileSize": size for k in ("max", "min")}
+    if cluster:
+        conf["spark.databricks.io.skipping.mdc.addNoise"] = "false"
+    return conf
 
 
 def maintain(
@@ -42,8 +85,17 @@ def maintain(
     *,
     optimize: bool,
     vacuum_hours: float | None,
+    current: Collection[str] = (),
+    cluster: bool = False,
+    current_file_mib: int = CURRENT_FILE_MIB,
 ) -> list[Maintained]:
-    """OPTIMIZE and/or VACUUM each table; the live file counts before and after."""
+    """OPTIMIZE and/or VACUUM each table; the live file counts before and after.
+
+    ``current``: the current tables among ``paths``; OPTIMIZE writes their files at
+    ``current_file_mib``, and with ``cluster`` (which implies OPTIMIZE) Z-orders them by ``id``
+    (every file rewritten, each then a narrow id range)."""
+    if current_file_mib <= 0:
+        raise ValueError(f"current_file_mib must be positive, not {current_file_mib}")
     if vacuum_hours is not None and vacuum_hours < 168:
         # Delta refuses retention under 7 days unless told that no reader needs older files.
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
@@ -51,7 +103,14 @@ def maintain(
     for path in paths:
         table = DeltaTable.forPath(spark, path)
         before = file_count(spark, path)
-        if optimize:
+        keyed = path in current
+        if keyed and (optimize or cluster):
+            with _session_conf(spark, _current_conf(current_file_mib, cluster)):
+                if cluster:
+                    table.optimize().executeZOrderBy("id")
+                else:
+                    table.optimize().executeCompaction()
+        elif optimize or cluster:
             table.optimize().executeCompaction()
         if vacuum_hours is not None:
             table.vacuum(vacuum_hours)

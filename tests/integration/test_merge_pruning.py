@@ -4,7 +4,9 @@ check does not trust Spark's own account of the table."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 
 import deltalake
 import pyarrow.parquet as pq
@@ -93,3 +95,57 @@ def test_the_stored_rows_of_a_batch_are_those_of_its_keys(
     keys = ["k3", "k17", "k39", "absent"]
     rows = apply._of_keys(spark, spark.read.format("delta").load(path), keys).collect()
     assert sorted((r["id"], r["n"]) for r in rows) == [("k17", 17), ("k3", 3), ("k39", 39)]
+
+
+def test_maintain_cluster_gives_each_file_its_own_id_range_so_a_merge_rewrites_one(
+    spark: SparkSession, ws: Workspace
+) -> None:
+    """Rows in random id order (three batches of keys spread over the whole id range: every
+    file spans it, no MERGE can skip one). ``cdc maintain --cluster`` Z-orders the current table
+    by id: afterwards the files' id ranges do not overlap, the rows are those before (versions and
+    hashes too), and a batch that changes one key rewrites one file."""
+    from streaming.maintain import current_tables, maintain
+
+    ws.dataset("petstore", PET)
+    numbers = random.Random(7).sample(range(1_000_000), 3 * 20_000)
+    for b in range(3):
+        rows = [
+            {"id": f"k{n:06d}", "name": random.Random(n).randbytes(20).hex(), "age": n % 90}
+            for n in numbers[b::3]
+        ]
+        ws.data(f"seed{b}/petstore/Pet/part.json", *rows)
+        ws.requests(request(f"seed-{b}", upsert(f"./data/seed{b}")))
+        job = ws.run_once(spark)
+    paths = job.layout.object_table("petstore", "petstore.Pet")
+    table = deltalake.DeltaTable(paths.current)
+    before = _files(paths.current, table.version())
+    ranges = sorted((min(ids), max(ids)) for ids in before.values())
+    assert any(a[1] > b[0] for a, b in itertools.pairwise(ranges)), ranges  # they overlap
+    rows = sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+
+    done = maintain(
+        spark,
+        [paths.current, paths.history, paths.tombstones],
+        optimize=False,
+        vacuum_hours=None,
+        current=current_tables(job.layout, job.datasets),
+        cluster=True,
+        current_file_mib=1,
+    )
+    table = deltalake.DeltaTable(paths.current)
+    assert table.history(1)[0]["operation"] == "OPTIMIZE"
+    assert "zOrderBy" in str(table.history(1)[0]["operationParameters"])
+    clustered = _files(paths.current, table.version())
+    assert done[0].files_after == len(clustered) >= 3
+    ranges = sorted((min(ids), max(ids)) for ids in clustered.values())
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges)), ranges  # disjoint
+    assert sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["id"]) == rows
+
+    key = f"k{numbers[12_345]:06d}"
+    ws.data("change/petstore/Pet/part.json", {"id": key, "name": "changed", "age": 1})
+    ws.requests(request("update-one", upsert("./data/change")))
+    ws.run_once(spark)
+    after = _files(paths.current, deltalake.DeltaTable(paths.current).version())
+    removed = set(clustered) - set(after)
+    assert removed == {f for f, ids in clustered.items() if key in ids}
+    assert len(removed) == 1

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from streaming.cli import build_parser, main
+from streaming.layout import CURRENT_FILE_MIB
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -71,3 +72,19 @@ def test_the_installed_entry_point_prints_help() -> None:
     done = subprocess.run([str(cdc), "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "usage: cdc" in done.stdout and "status" in done.stdout
+
+
+@pytest.mark.parametrize("size", ["0", "-64", "big"])
+def test_maintain_refuses_a_file_size_that_is_not_a_positive_integer(
+    size: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args(["maintain", "--cluster", "--file-mib", size])
+    assert done.value.code == 2
+    assert "--file-mib" in capsys.readouterr().err
+
+
+def test_maintain_takes_cluster_and_a_file_size() -> None:
+    args = build_parser().parse_args(["maintain", "--cluster", "--file-mib", "32"])
+    assert (args.cluster, args.file_mib, args.optimize) == (True, 32, False)
+    assert build_parser().parse_args(["maintain"]).file_mib == CURRENT_FILE_MIB == 32
