@@ -23,6 +23,10 @@ Two ways to run the same fold, chosen by the number of changes:
   load) reads nothing and is appended to instead of merged. A schema with a map-typed
   property keeps the Python fold in a worker per partition (``mapInArrow``).
 
+Both paths name in the stored-row read and the MERGE condition either the keys themselves (up
+to ``KEY_PUSHDOWN_MAX``) or the id spans of the current table that can hold them
+(``core.spans``), so that Delta skips the files no key of the batch can be in.
+
 The tombstones table is append-only: one row per delete (or per moved watermark, see
 ``core.fold``), and a key's tombstone is its row with the largest version, then the largest
 watermark (a key live again is in the current table, which wins).
@@ -30,10 +34,12 @@ watermark (a key live again is in the current table, which wins).
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import reduce
 from typing import Any
 
 import pyarrow as pa
@@ -55,6 +61,7 @@ from pyspark.sql.types import (
 
 from streaming.catalog import SchemaDef
 from streaming.core.fold import Change, ChangeKind, Effect, Folded, Stored, fold
+from streaming.core.spans import Span, covering, keys_spans, spans
 from streaming.faults import crash_point
 from streaming.layout import ObjectTable
 from streaming.retry import on_conflict_retry
@@ -63,6 +70,7 @@ from streaming.tables import (
     BatchCommit,
     append,
     holds_no_rows,
+    id_ranges,
     idempotent,
     latest_version,
     read_table,
@@ -276,7 +284,9 @@ def _apply_small(
     by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in sorted(rows, key=lambda r: (r["id"], r["__seq"])):
         by_key[row["id"]].append({**row.asDict(recursive=True), "__at": commit.at})
-    stored = _stored_rows(spark, paths, before, sorted(by_key), props, mark, deleted)
+    keys = sorted(by_key)
+    within = None if len(keys) <= KEY_PUSHDOWN_MAX else _spans(spark, paths, before, keys=keys)
+    stored = _stored_rows(spark, paths, before, keys, props, mark, deleted, within)
     out: list[dict[str, Any]] = []
     for key, group in by_key.items():
         folded = fold(folder.stored(stored.get(key, _NOTHING)), [folder.change(r) for r in group])
@@ -290,8 +300,9 @@ def _apply_small(
         out_schema = _fold_schema(data_schema, mark)
         written = _writes(counts)
         if written:  # else only tombstones' watermarks moved: the current table stays as it is
-            keys = sorted({r["id"] for r in state})
-            _merge(spark.createDataFrame(state, out_schema), props, paths, commit, keys=keys)
+            source = spark.createDataFrame(state, out_schema)
+            changed = sorted({r["id"] for r in state})
+            _merge(source, props, paths, commit, keys=changed, within=within)
         gone = [r for r in state if r["__deleted"]]
         if gone:
             _append_tombstones(spark.createDataFrame(gone, out_schema), paths, commit, mark)
@@ -330,17 +341,20 @@ def _stored_rows(
     props: list[str],
     mark: StructType | None,
     deleted: DeletedKeys | None,
+    within: list[Span] | None,
 ) -> dict[str, dict[str, Any]]:
     """id → the key's stored state as ``_Folder.stored`` reads it: its live row (``s_*``) and
     its latest tombstone (``t_*``), for the given keys only: one Spark job, and Delta skips the
-    files whose id range holds none of them. Tombstones the sink holds on the driver
+    files whose id range holds none of them (``within``: the spans of the current table that
+    can, for more keys than a filter lists). Tombstones the sink holds on the driver
     (``deleted``) are not read again."""
     held = (
         deleted.of_keys(spark, paths.tombstones, before[paths.tombstones], keys, mark is not None)
         if deleted is not None
         else None
     )
-    live = _of_keys(spark, read_table(spark, paths.current, before[paths.current]), keys).select(
+    current = _within(read_table(spark, paths.current, before[paths.current]), within)
+    live = _of_keys(spark, current, keys).select(
         F.lit(True).alias("live"),
         "id",
         "version",
@@ -391,6 +405,43 @@ def _of_keys(spark: SparkSession, table: DataFrame, keys: list[str]) -> DataFram
     return table.join(F.broadcast(ids), "id", "left_semi")
 
 
+def _spans(
+    spark: SparkSession,
+    paths: ObjectTable,
+    before: Mapping[str, int],
+    *,
+    keys: list[str] | None = None,
+    changes: DataFrame | None = None,
+) -> list[Span] | None:
+    """The id spans of the current table (as of ``before``) that can hold a stored row of the
+    batch's keys (``core.spans``): ``keys`` on the driver, or ``changes`` (one Spark job).
+    None when no file would be skipped, or Delta's statistics cannot say."""
+    ranges = id_ranges(spark, paths.current, before[paths.current])
+    ordered = spans(ranges) if ranges else []
+    if len(ordered) < 2:  # one span: every file overlaps the next (rows in random id order)
+        return None
+    if keys is not None:
+        touched = keys_spans(ordered, keys)
+    else:
+        assert changes is not None
+        rows = [(i, low, high) for i, (low, high) in enumerate(ordered)]
+        table = spark.createDataFrame(rows, "i int, low string, high string")
+        hit = (F.col("id") >= F.col("low")) & (F.col("id") <= F.col("high"))
+        found = changes.select("id").join(F.broadcast(table), hit).select("i").distinct()
+        touched = {int(r["i"]) for r in found.collect()}
+    return covering(ordered, touched)
+
+
+def _within(table: DataFrame, within: list[Span] | None) -> DataFrame:
+    return table if within is None else table.where(_in_spans(F.col("id"), within))
+
+
+def _in_spans(column: Column, within: list[Span]) -> Column:
+    """``column`` lies in one of the spans (none: false): a predicate Delta skips files with."""
+    ranges = [(column >= low) & (column <= high) for low, high in within]
+    return reduce(operator.or_, ranges) if ranges else F.lit(False)
+
+
 # -- large: fold on the executors -------------------------------------------------------------
 def _apply_large(
     changes: DataFrame,
@@ -410,7 +461,9 @@ def _apply_large(
     mark = StructType([data_schema[c] for c in watermark]) if watermark else None
     # A first load (nothing stored yet): no stored rows to read, and an append, not a MERGE.
     first_load = holds_no_rows(spark, paths.current, before[paths.current])
-    current = read_table(spark, paths.current, before[paths.current]).select(
+    within = None if first_load else _spans(spark, paths, before, changes=changes)
+    current = _within(read_table(spark, paths.current, before[paths.current]), within)
+    current = current.select(
         "id",
         F.col("version").alias("s_version"),
         F.col("created").alias("s_created"),
@@ -480,7 +533,7 @@ def _apply_large(
         if first_load:
             _insert(state, props, paths, commit)
         else:
-            _merge(state, props, paths, commit, keys=None)
+            _merge(state, props, paths, commit, keys=None, within=within)
         history = _history_rows(folded.where("__row_kind = 'history'"), props)
     if deletes:  # also a tombstone whose watermark moved (``core.fold``: a skipped delete)
         _append_tombstones(state.where("__deleted"), paths, commit, mark)
@@ -532,9 +585,12 @@ def _merge(
     commit: BatchCommit,
     *,
     keys: list[str] | None,
+    within: list[Span] | None,
 ) -> None:
     """One MERGE of the keys' new rows into the current table (a deleted key's row goes).
-    ``keys``: the source's ids, pushed into the condition for Delta's file skipping."""
+    ``keys``: the source's ids, pushed into the condition for Delta's file skipping (up to
+    ``KEY_PUSHDOWN_MAX``); ``within``: the id spans that hold every stored row of the source's
+    keys, pushed in the same way."""
     spark = state.sparkSession
     source = _with_hash(state, props)
     assignments: dict[str, str | Column] = {
@@ -543,6 +599,8 @@ def _merge(
     condition = F.col("t.id") == F.col("s.id")
     if keys is not None and len(keys) <= KEY_PUSHDOWN_MAX:
         condition = condition & F.col("t.id").isin(keys)
+    elif within is not None:
+        condition = condition & _in_spans(F.col("t.id"), within)
 
     def merge_current() -> None:
         with idempotent(spark, paths.current, commit):

@@ -22,6 +22,7 @@ from typing import Any
 from delta.tables import DeltaTable
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BinaryType,
     BooleanType,
@@ -274,6 +275,33 @@ def known_size(spark: SparkSession, path: str, version: int) -> int | None:
         return None
     checksum = snapshot.checksumOpt()
     return int(checksum.get().tableSizeBytes()) if checksum.isDefined() else None
+
+
+STATS_PREFIX = 32
+"""Delta keeps string statistics of up to this many characters (``dataSkippingStringPrefixLength``):
+longer ones are cut, the maximum then followed by a marker; such bounds are not used here."""
+
+
+def id_ranges(spark: SparkSession, path: str, version: int) -> list[tuple[str, str]] | None:
+    """Each data file's ``[min, max]`` of ``id`` at ``version``, from Delta's statistics — when
+    this process holds the snapshot at that version (as after its own last commit), every file
+    has them and none is cut short; else None. One Spark job over the snapshot's file list,
+    which Delta caches and the MERGE that follows reuses."""
+    snapshot = _delta_log(spark, path).unsafeVolatileSnapshot()
+    if int(snapshot.version()) != version:
+        return None
+    files = DataFrame(snapshot.allFiles().toDF(), spark)
+    stats = F.from_json("stats", "minValues struct<id: string>, maxValues struct<id: string>")
+    bounds = [
+        (r["low"], r["high"])
+        for r in files.select(stats.alias("s"))
+        .select(F.col("s.minValues.id").alias("low"), F.col("s.maxValues.id").alias("high"))
+        .collect()
+    ]
+    usable = all(
+        low is not None and high is not None and len(high) < STATS_PREFIX for low, high in bounds
+    )
+    return bounds if usable else None
 
 
 def holds_no_rows(spark: SparkSession, path: str, version: int) -> bool:

@@ -7,12 +7,14 @@ from __future__ import annotations
 import itertools
 import os
 import random
+from typing import Any
 
 import deltalake
 import pyarrow.parquet as pq
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
+from streaming.tables import read_table
 from tests.support import Workspace, request, upsert
 
 pytestmark = pytest.mark.spark
@@ -149,3 +151,87 @@ def test_maintain_cluster_gives_each_file_its_own_id_range_so_a_merge_rewrites_o
     removed = set(clustered) - set(after)
     assert removed == {f for f, ids in clustered.items() if key in ids}
     assert len(removed) == 1
+
+
+def _files_read(df: DataFrame) -> int:
+    """Data files the scan of ``df`` read after Delta's skipping (its ``numFiles`` metric)."""
+    df.collect()
+    plan = df._jdf.queryExecution().executedPlan()
+    leaves = plan.collectLeaves()
+    return sum(
+        int(leaves.apply(i).metrics().get("numFiles").get().value())
+        for i in range(leaves.size())
+        if leaves.apply(i).metrics().contains("numFiles")
+    )
+
+
+@pytest.mark.parametrize("fold", ["driver", "executors"])
+def test_a_batch_of_many_keys_reads_and_merges_only_the_id_spans_of_its_keys(
+    spark: SparkSession, ws: Workspace, monkeypatch: pytest.MonkeyPatch, fold: str
+) -> None:
+    """More keys than a filter lists (``KEY_PUSHDOWN_MAX``, here 0) on the driver, or the
+    executors' fold: the files' id ranges (Delta's statistics) give the spans that can hold the
+    batch's keys, and the stored-row read and the MERGE name only those: the files of ranges 1
+    and 3, not 0 and 2; a new key beyond every range needs none. The rows are what they must be."""
+    from streaming import apply
+
+    monkeypatch.setattr(apply, "KEY_PUSHDOWN_MAX", 0)
+    if fold == "executors":
+        monkeypatch.setattr(apply, "DRIVER_FOLD_MAX_ROWS", 0)
+    ws.dataset("petstore", PET)
+    for r in range(RANGES):
+        rows = [{"id": f"r{r}-{n:03d}", "name": "x", "age": n} for n in range(PER_RANGE)]
+        ws.data(f"seed{r}/petstore/Pet/part.json", *rows)
+        ws.requests(request(f"seed-{r}", upsert(f"./data/seed{r}")))
+        job = ws.run_once(spark)
+    path = job.layout.object_table("petstore", "petstore.Pet").current
+    seeded = _files(path, deltalake.DeltaTable(path).version())
+
+    chosen: list[Any] = []
+    spans_of = apply._spans
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        chosen.append(spans_of(*args, **kwargs))
+        return chosen[-1]
+
+    monkeypatch.setattr(apply, "_spans", spy)
+    ws.data(
+        "change/petstore/Pet/part.json",
+        {"id": "r1-007", "name": "changed", "age": 1},
+        {"id": "r1-040", "name": "changed", "age": 2},
+        {"id": "r9-000", "name": "new", "age": 3},
+    )
+    ws.data("gone/petstore/Pet/part.json", {"id": "r3-011"})
+    ws.requests(
+        request("update-r1", upsert("./data/change")),
+        request(
+            "delete-r3", {"operation": "DELETE", "locationUri": "./data/gone", "format": "JSON"}
+        ),
+    )
+    ws.run_once(spark)
+
+    (within,) = chosen  # one batch, one table: asked once
+    assert within and all(low[:2] == high[:2] in ("r1", "r3") for low, high in within), within
+    for key in ("r1-007", "r1-040", "r3-011"):
+        assert any(low <= key <= high for low, high in within), key
+    inside = {
+        f
+        for f, ids in seeded.items()
+        if any(low <= min(ids) and max(ids) <= high for low, high in within)
+    }
+    before = deltalake.DeltaTable(path).version() - 1
+    read = apply._within(read_table(spark, path, before), within)
+    assert _files_read(read) == len(inside) < len(seeded)
+    assert _files_read(read_table(spark, path, before)) == len(seeded)
+
+    after = _files(path, before + 1)
+    touched = {f for f, ids in seeded.items() if ids & {"r1-007", "r1-040", "r3-011"}}
+    assert set(seeded) - set(after) == touched
+    rows = {
+        r["id"]: (r["version"], r["name"])
+        for r in deltalake.DeltaTable(path).to_pyarrow_table().to_pylist()
+    }
+    assert rows["r1-007"] == rows["r1-040"] == (2, "changed")
+    assert rows["r9-000"] == (1, "new") and "r3-011" not in rows
+    assert rows["r0-000"] == rows["r2-049"] == (1, "x")
+    assert len(rows) == RANGES * PER_RANGE
