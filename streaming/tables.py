@@ -284,12 +284,16 @@ longer ones are cut, the maximum then followed by a marker; such bounds are not 
 
 def id_ranges(spark: SparkSession, path: str, version: int) -> list[tuple[str, str]] | None:
     """Each data file's ``[min, max]`` of ``id`` at ``version``, from Delta's statistics — when
-    this process holds the snapshot at that version (as after its own last commit), every file
-    has them and none is cut short; else None. One Spark job over the snapshot's file list,
-    which Delta caches and the MERGE that follows reuses."""
+    this process holds the snapshot at that version (as after its own last commit), it has two
+    files or more, every file has statistics and none is cut short; else None. One Spark job
+    over the snapshot's file list (which Delta caches, and the MERGE that follows reuses), none
+    when the checksum says there are fewer than two files."""
     snapshot = _delta_log(spark, path).unsafeVolatileSnapshot()
     if int(snapshot.version()) != version:
         return None
+    checksum = snapshot.checksumOpt()
+    if checksum.isDefined() and int(checksum.get().numFiles()) < 2:
+        return None  # no file to tell from another: no job
     files = DataFrame(snapshot.allFiles().toDF(), spark)
     stats = F.from_json("stats", "minValues struct<id: string>, maxValues struct<id: string>")
     bounds = [
