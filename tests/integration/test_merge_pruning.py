@@ -235,3 +235,33 @@ def test_a_batch_of_many_keys_reads_and_merges_only_the_id_spans_of_its_keys(
     assert rows["r9-000"] == (1, "new") and "r3-011" not in rows
     assert rows["r0-000"] == rows["r2-049"] == (1, "x")
     assert len(rows) == RANGES * PER_RANGE
+
+
+def test_id_ranges_come_from_the_snapshot_held_at_that_version(
+    spark: SparkSession, tmp_path: os.PathLike[str]
+) -> None:
+    """Each file's id range from Delta's statistics; None for a table of one file (the checksum
+    says so), for a version this process does not hold, and for ids longer than Delta keeps."""
+    from streaming.tables import id_ranges
+
+    path = str(tmp_path)
+    rows = [(f"k{i:02d}", i) for i in range(30)]
+    spark.createDataFrame(rows[:10], "id string, n int").coalesce(1).write.format("delta").save(
+        path
+    )
+    assert id_ranges(spark, path, 0) is None  # one file
+    for part in (rows[10:20], rows[20:]):
+        spark.createDataFrame(part, "id string, n int").coalesce(1).write.format("delta").mode(
+            "append"
+        ).save(path)
+    assert sorted(id_ranges(spark, path, 2) or []) == [
+        ("k00", "k09"),
+        ("k10", "k19"),
+        ("k20", "k29"),
+    ]
+    assert id_ranges(spark, path, 1) is None  # not the version held
+    long = "x" * 40
+    spark.createDataFrame([(long, 1)], "id string, n int").write.format("delta").mode(
+        "append"
+    ).save(path)
+    assert id_ranges(spark, path, 3) is None  # a maximum Delta cut short
