@@ -40,32 +40,41 @@ def _files(path: str, version: int) -> dict[str, set[str]]:
     }
 
 
-def test_merge_rewrites_only_the_files_its_changes_touch(
-    spark: SparkSession, ws: Workspace
-) -> None:
+def _seed_ranges(spark: SparkSession, ws: Workspace) -> tuple[str, dict[str, set[str]]]:
+    """Four batches, each inserting its own id range (``r<range>-<n>``): insert-only MERGEs add
+    files and remove none. The current table's path, and its files → their ids."""
     ws.dataset("petstore", PET)
-    # Four batches, each inserting its own id range: insert-only MERGEs add files, remove none.
     for r in range(RANGES):
         rows = [{"id": f"r{r}-{n:03d}", "name": "x", "age": n} for n in range(PER_RANGE)]
         ws.data(f"seed{r}/petstore/Pet/part.json", *rows)
         ws.requests(request(f"seed-{r}", upsert(f"./data/seed{r}")))
         job = ws.run_once(spark)
     path = job.layout.object_table("petstore", "petstore.Pet").current
-    seeded_version = deltalake.DeltaTable(path).version()
-    seeded = _files(path, seeded_version)
+    return path, _files(path, deltalake.DeltaTable(path).version())
+
+
+def _upsert_and_delete(
+    spark: SparkSession, ws: Workspace, rows: list[dict[str, Any]], gone: str
+) -> None:
+    """One batch: an UPSERT of ``rows`` and a DELETE of the key ``gone``."""
+    ws.data("change/petstore/Pet/part.json", *rows)
+    ws.data("gone/petstore/Pet/part.json", {"id": gone})
+    ws.requests(
+        request("update", upsert("./data/change")),
+        request("delete", {"operation": "DELETE", "locationUri": "./data/gone", "format": "JSON"}),
+    )
+    ws.run_once(spark)
+
+
+def test_merge_rewrites_only_the_files_its_changes_touch(
+    spark: SparkSession, ws: Workspace
+) -> None:
+    path, seeded = _seed_ranges(spark, ws)
     assert sum(len(ids) for ids in seeded.values()) == RANGES * PER_RANGE
     assert len(seeded) >= RANGES
 
     # One batch updating a key of range 1 and deleting a key of range 2.
-    ws.data("change/petstore/Pet/part.json", {"id": "r1-007", "name": "changed", "age": 1})
-    ws.data("gone/petstore/Pet/part.json", {"id": "r2-011"})
-    ws.requests(
-        request("update-r1", upsert("./data/change")),
-        request(
-            "delete-r2", {"operation": "DELETE", "locationUri": "./data/gone", "format": "JSON"}
-        ),
-    )
-    ws.run_once(spark)
+    _upsert_and_delete(spark, ws, [{"id": "r1-007", "name": "changed", "age": 1}], "r2-011")
     after = _files(path, deltalake.DeltaTable(path).version())
 
     touched = {f for f, ids in seeded.items() if ids & {"r1-007", "r2-011"}}
@@ -178,14 +187,7 @@ def test_a_batch_of_many_keys_reads_and_merges_only_the_id_spans_of_its_keys(
     monkeypatch.setattr(apply, "KEY_PUSHDOWN_MAX", 0)
     if fold == "executors":
         monkeypatch.setattr(apply, "DRIVER_FOLD_MAX_ROWS", 0)
-    ws.dataset("petstore", PET)
-    for r in range(RANGES):
-        rows = [{"id": f"r{r}-{n:03d}", "name": "x", "age": n} for n in range(PER_RANGE)]
-        ws.data(f"seed{r}/petstore/Pet/part.json", *rows)
-        ws.requests(request(f"seed-{r}", upsert(f"./data/seed{r}")))
-        job = ws.run_once(spark)
-    path = job.layout.object_table("petstore", "petstore.Pet").current
-    seeded = _files(path, deltalake.DeltaTable(path).version())
+    path, seeded = _seed_ranges(spark, ws)
 
     chosen: list[Any] = []
     spans_of = apply._spans
@@ -195,20 +197,12 @@ def test_a_batch_of_many_keys_reads_and_merges_only_the_id_spans_of_its_keys(
         return chosen[-1]
 
     monkeypatch.setattr(apply, "_spans", spy)
-    ws.data(
-        "change/petstore/Pet/part.json",
+    changed = [
         {"id": "r1-007", "name": "changed", "age": 1},
         {"id": "r1-040", "name": "changed", "age": 2},
         {"id": "r9-000", "name": "new", "age": 3},
-    )
-    ws.data("gone/petstore/Pet/part.json", {"id": "r3-011"})
-    ws.requests(
-        request("update-r1", upsert("./data/change")),
-        request(
-            "delete-r3", {"operation": "DELETE", "locationUri": "./data/gone", "format": "JSON"}
-        ),
-    )
-    ws.run_once(spark)
+    ]
+    _upsert_and_delete(spark, ws, changed, "r3-011")
 
     (within,) = chosen  # one batch, one table: asked once
     assert within and all(low[:2] == high[:2] in ("r1", "r3") for low, high in within), within
