@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import deltalake
 import pytest
 
 from streaming.cli import build_parser, main
@@ -75,3 +76,24 @@ def test_demo_prints_the_seed_tables_and_outcomes(tmp_path: Path) -> None:
     assert "dms:petstore/petstore/Dog/20240101-000001.parquet" in outcomes
     assert "tx-0001" in outcomes and "COMMITTED" in outcomes
     assert "INVALID_JSON" in outcomes and "DUPLICATE" in outcomes
+
+    # cdc maintain --cluster on the demo's tables, as a user runs it: every table listed, the
+    # current tables Z-ordered by id (Delta's history says so), their rows unchanged.
+    workspace = tmp_path / "demo"
+    dog = workspace / "warehouse" / "petstore" / "petstore" / "Dog"
+    rows_before = sorted(map(str, deltalake.DeltaTable(str(dog)).to_pyarrow_table().to_pylist()))
+    maintained = subprocess.run(
+        [*CDC, "maintain", "--cluster", "--config", str(workspace / "cdc.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert maintained.returncode == 0, maintained.stderr[-3000:]
+    listed = [line for line in maintained.stdout.splitlines() if line.startswith("| ")]
+    assert any("petstore/petstore/Dog " in line for line in listed), maintained.stdout
+    assert any("_system/transactions" in line for line in listed), maintained.stdout
+    last = deltalake.DeltaTable(str(dog)).history(1)[0]
+    assert last["operation"] == "OPTIMIZE" and "zOrderBy" in str(last["operationParameters"])
+    rows_after = sorted(map(str, deltalake.DeltaTable(str(dog)).to_pyarrow_table().to_pylist()))
+    assert rows_after == rows_before
