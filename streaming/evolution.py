@@ -58,6 +58,7 @@ from streaming.tables import (
     current_schema,
     ensure_table,
     history_schema,
+    session_conf,
     table_state,
     tombstones_schema,
 )
@@ -460,11 +461,8 @@ def find_table(spark: SparkSession, path: str) -> Found | None:
 @contextmanager
 def _commit_metadata(spark: SparkSession, meta: Mapping[str, object]) -> Iterator[None]:
     key = "spark.databricks.delta.commitInfo.userMetadata"
-    spark.conf.set(key, json.dumps({COMMIT_KEY: meta}))
-    try:
+    with session_conf(spark, {key: json.dumps({COMMIT_KEY: meta})}):
         yield
-    finally:
-        spark.conf.unset(key)
 
 
 def apply_plan(spark: SparkSession, plan: SchemaPlan) -> None:

@@ -13,7 +13,6 @@ passes over the rest (README "Table layout").
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from delta.tables import DeltaTable
@@ -21,6 +20,7 @@ from pyspark.sql import SparkSession
 
 from streaming.catalog import Dataset
 from streaming.layout import CURRENT_FILE_MIB, Layout
+from streaming.tables import session_conf
 
 
 @dataclass(frozen=True)
@@ -50,22 +50,6 @@ def current_tables(layout: Layout, datasets: Mapping[str, Dataset]) -> set[str]:
 def file_count(spark: SparkSession, path: str) -> int:
     row = DeltaTable.forPath(spark, path).detail().select("numFiles").first()
     return int(row["numFiles"]) if row is not None else 0
-
-
-@contextmanager
-def _session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
-    """``settings`` in the session's conf for the block, then what was there before."""
-    saved = {k: spark.conf.get(k, None) for k in settings}
-    for k, value in settings.items():
-        spark.conf.set(k, value)
-    try:
-        yield
-    finally:
-        for k, old in saved.items():
-            if old is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, old)
 
 
 def _current_conf(file_mib: int, cluster: bool) -> dict[str, str]:
@@ -105,7 +89,7 @@ def maintain(
         before = file_count(spark, path)
         keyed = path in current
         if keyed and (optimize or cluster):
-            with _session_conf(spark, _current_conf(current_file_mib, cluster)):
+            with session_conf(spark, _current_conf(current_file_mib, cluster)):
                 if cluster:
                     table.optimize().executeZOrderBy("id")
                 else:

@@ -13,7 +13,7 @@ when the batch may have run before (``BatchCommit.replay_possible``).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -178,6 +178,23 @@ STEP_BITS = 20
 
 
 @contextmanager
+def session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """``settings`` in the session's conf within the block; afterwards each key as it was
+    before (unset if it was not set)."""
+    saved = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+
+
+@contextmanager
 def idempotent(spark: SparkSession, path: str, commit: BatchCommit) -> Iterator[None]:
     """Within the block, Delta DML on ``path`` (MERGE, UPDATE, ...) is idempotent per batch id."""
     conf = {
@@ -185,13 +202,8 @@ def idempotent(spark: SparkSession, path: str, commit: BatchCommit) -> Iterator[
         "spark.databricks.delta.write.txnVersion": str(commit.txn_version),
         "spark.databricks.delta.commitInfo.userMetadata": commit.metadata(),
     }
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    try:
+    with session_conf(spark, conf):
         yield
-    finally:
-        for key in conf:
-            spark.conf.unset(key)
 
 
 HISTORY_WINDOW = 200
@@ -266,12 +278,19 @@ def known_version(spark: SparkSession, path: str) -> int:
     return int(_delta_log(spark, path).unsafeVolatileSnapshot().version())
 
 
+def _held_snapshot(spark: SparkSession, path: str, version: int) -> Any:
+    """Delta's snapshot of the table that this process holds, if it is the one at ``version``
+    (as after its own last commit), else None: read without a Spark job or a log listing."""
+    snapshot = _delta_log(spark, path).unsafeVolatileSnapshot()
+    return snapshot if int(snapshot.version()) == version else None
+
+
 def known_size(spark: SparkSession, path: str, version: int) -> int | None:
     """The table's size in bytes at ``version`` if Delta knows it without a Spark job — from the
     checksum of the snapshot this process holds, when that is the one at ``version`` — else
     None."""
-    snapshot = _delta_log(spark, path).unsafeVolatileSnapshot()
-    if int(snapshot.version()) != version:
+    snapshot = _held_snapshot(spark, path, version)
+    if snapshot is None:
         return None
     checksum = snapshot.checksumOpt()
     return int(checksum.get().tableSizeBytes()) if checksum.isDefined() else None
@@ -288,8 +307,8 @@ def id_ranges(spark: SparkSession, path: str, version: int) -> list[tuple[str, s
     files or more, every file has statistics and none is cut short; else None. One Spark job
     over the snapshot's file list (which Delta caches, and the MERGE that follows reuses), none
     when the checksum says there are fewer than two files."""
-    snapshot = _delta_log(spark, path).unsafeVolatileSnapshot()
-    if int(snapshot.version()) != version:
+    snapshot = _held_snapshot(spark, path, version)
+    if snapshot is None:
         return None
     checksum = snapshot.checksumOpt()
     if checksum.isDefined() and int(checksum.get().numFiles()) < 2:
