@@ -20,8 +20,10 @@ Two ways to run the same fold, chosen by the number of changes:
 - **large**: the fold runs on the JVM (``streaming.sqlfold``: one SQL ``aggregate`` per key
   over its changes in seq order), joined with the stored rows of the batch's keys; its result
   is materialised once for the counts and the writes. A current table with no rows (a first
-  load) reads nothing and is appended to instead of merged. A schema with a map-typed
-  property keeps the Python fold in a worker per partition (``mapInArrow``).
+  load) reads nothing and is appended to instead of merged; when it has no tombstones either
+  and no key has two changes, each change's row is a projection (``sqlfold.first_rows``)
+  instead of a fold. A schema with a map-typed property keeps the Python fold in a worker per
+  partition (``mapInArrow``).
 
 Both paths name in the stored-row read and the MERGE condition either the keys themselves (up
 to ``KEY_PUSHDOWN_MAX``) or the id spans of the current table that can hold them
@@ -65,7 +67,7 @@ from streaming.core.spans import Span, covering, keys_spans, spans
 from streaming.faults import crash_point
 from streaming.layout import ObjectTable
 from streaming.retry import on_conflict_retry
-from streaming.sqlfold import fold_rows, has_map, supported
+from streaming.sqlfold import first_rows, fold_rows, has_map, supported
 from streaming.tables import (
     BatchCommit,
     append,
@@ -213,6 +215,10 @@ broadcast semi-join) instead of shuffling the whole table into the fold's join."
 KEY_PUSHDOWN_MAX = 2_000
 """Up to this many keys are pushed into the stored-rows read and the MERGE condition
 (``id IN (...)``) for Delta's file skipping; more would make the condition itself the cost."""
+
+SPREAD_MIN_ROWS = 100_000
+"""A first load's rows are spread over more tasks than they came in only with at least this
+many rows to a task (``_apply_first_load``)."""
 
 _LARGE_PATH = threading.Lock()
 """The large path writes through the session its changes come from (the query's), whose
@@ -461,6 +467,9 @@ def _apply_large(
     mark = StructType([data_schema[c] for c in watermark]) if watermark else None
     # A first load (nothing stored yet): no stored rows to read, and an append, not a MERGE.
     first_load = holds_no_rows(spark, paths.current, before[paths.current])
+    no_tombstones = holds_no_rows(spark, paths.tombstones, before[paths.tombstones])
+    if first_load and no_tombstones and unique:
+        return _apply_first_load(changes, data_schema, watermark, paths, commit, count)
     within = None if first_load else _spans(spark, paths, before, changes=changes)
     current = _within(read_table(spark, paths.current, before[paths.current]), within)
     current = current.select(
@@ -487,7 +496,6 @@ def _apply_large(
     )
     out_schema = _fold_schema(data_schema, mark)
     if supported(data_schema):
-        no_tombstones = holds_no_rows(spark, paths.tombstones, before[paths.tombstones])
         rows = fold_rows(
             changes,
             None if first_load else current,
@@ -530,8 +538,12 @@ def _apply_large(
     history = None
     state = folded.where("__row_kind = 'state'")
     if _writes(counts):
-        if first_load:
-            _insert(state, props, paths, commit)
+        if first_load:  # what the MERGE would do (every key is new), without its join
+            append(
+                _current_rows(_with_hash(state.where("NOT __deleted"), props), props),
+                paths.current,
+                commit,
+            )
         else:
             _merge(state, props, paths, commit, keys=None, within=within)
         history = _history_rows(folded.where("__row_kind = 'history'"), props)
@@ -540,12 +552,58 @@ def _apply_large(
     return TableResult(counts, latest_version(spark, paths.current), history)
 
 
+def _apply_first_load(
+    changes: DataFrame,
+    data_schema: StructType,
+    watermark: tuple[str, ...],
+    paths: ObjectTable,
+    commit: BatchCommit,
+    count: int | None,
+) -> TableResult:
+    """A first load of unique keys (no stored rows, no tombstones, one change per key): each
+    change's row is a projection (``sqlfold.first_rows``), hashed once and materialised once,
+    then appended to the current table and (later) to history — two appends of the same
+    rows and a count, nothing grouped, joined or merged.
+
+    The changes are spread over the cores first when they come in fewer partitions (a DMS
+    full-load file is often one Parquet row group: one task would build and write every
+    row), with at least ``SPREAD_MIN_ROWS`` rows to a task."""
+    spark = changes.sparkSession
+    props = [f.name for f in data_schema.fields]
+    mark = StructType([data_schema[c] for c in watermark]) if watermark else None
+    tasks = min(spark.sparkContext.defaultParallelism, (count or 0) // SPREAD_MIN_ROWS)
+    if tasks > changes.rdd.getNumPartitions():
+        changes = changes.repartition(tasks)
+    rows = first_rows(changes, data=data_schema, watermark=watermark, at=commit.at)
+    # Materialised once: the counts and both appends read it, the hash is computed once.
+    folded = _with_hash(rows, props, keep=("__seq", "__effect")).localCheckpoint(eager=True)
+    counts: dict[tuple[int, Effect], int] = defaultdict(int)
+    deletes = 0
+    for r in (
+        folded.groupBy(F.shiftright("__seq", SEQ_SHIFT).alias("ordinal"), "__effect", "__deleted")
+        .count()
+        .collect()
+    ):
+        counts[(int(r["ordinal"]), r["__effect"])] += int(r["count"])
+        deletes += int(r["count"]) if r["__deleted"] else 0
+    history = None
+    if _writes(counts):
+        inserted = folded.where("__effect = 'inserted'")
+        append(_current_rows(inserted, props), paths.current, commit)
+        history = _history_of(inserted, props)
+    if deletes:
+        _append_tombstones(folded.where("__deleted"), paths, commit, mark)
+    return TableResult(dict(counts), latest_version(spark, paths.current), history)
+
+
 # -- writes -------------------------------------------------------------------------------------
-def _with_hash(df: DataFrame, props: list[str]) -> DataFrame:
+def _with_hash(df: DataFrame, props: list[str], keep: tuple[str, ...] = ()) -> DataFrame:
     """``hash``: the SHA-256 of the JSON of the properties (NULLs left out), map entries in key
-    order — the same content gives the same hash whichever fold wrote it."""
+    order — the same content gives the same hash whichever fold wrote it. The properties are
+    flattened to columns; ``keep``: other columns to keep."""
     mark = ["__mark"] if "__mark" in df.columns else []
     return df.select(
+        *keep,
         "id",
         "version",
         "created",
@@ -619,12 +677,9 @@ def _merge(
     on_conflict_retry(merge_current, what=paths.current)
 
 
-def _insert(state: DataFrame, props: list[str], paths: ObjectTable, commit: BatchCommit) -> None:
-    """The keys' new rows appended to a current table that held none before the batch: what
-    the MERGE would do (every key is new), without its join."""
-    rows = _with_hash(state.where("NOT __deleted"), props)
-    columns = ["id", "version", "created", "updated", "hash", *props]
-    append(rows.select(columns), paths.current, commit)
+def _current_rows(hashed: DataFrame, props: list[str]) -> DataFrame:
+    """Rows of ``_with_hash`` as the current table holds them."""
+    return hashed.select("id", "version", "created", "updated", "hash", *props)
 
 
 def _append_tombstones(
@@ -641,7 +696,12 @@ def _append_tombstones(
 
 
 def _history_rows(folded: DataFrame, props: list[str]) -> DataFrame:
-    return _with_hash(folded, props).select(
+    return _history_of(_with_hash(folded, props), props)
+
+
+def _history_of(hashed: DataFrame, props: list[str]) -> DataFrame:
+    """Rows of ``_with_hash`` as the history table holds them."""
+    return hashed.select(
         "id",
         "version",
         "created",

@@ -307,6 +307,71 @@ def fold_rows(
     return folded.select(F.inline(_rows(out, mark_type is not None)))
 
 
+def first_rows(
+    changes: DataFrame, *, data: StructType, watermark: tuple[str, ...], at: datetime
+) -> DataFrame:
+    """What ``fold_rows`` gives for keys with nothing stored — no live row, no tombstone — and
+    one change each (a first load whose ids the check job found unique), as a plain projection:
+    one row per change, no ``aggregate``, no arrays, compiled code. It is ``fold_rows`` with
+    the start state of a key never seen put in, simplified: no change is stale (no watermark
+    stored), nothing is compared (nothing live), a MISSING flag leaves the property NULL and an
+    AGGREGATE flag takes the change's value (there is nothing to add it to).
+
+    Columns: ``id``, ``__seq``, ``__tx``, ``__effect`` (``inserted`` or ``skipped``), the new
+    row's ``version``, ``created``, ``updated``, ``data`` and ``__op`` (``i``), ``__mark`` (with
+    a watermark) and ``__deleted``: false for an inserted key, true for a skipped delete that
+    leaves the key a tombstone at version 0 holding its watermark (``core.fold``), NULL where
+    nothing changes (a skipped PATCH, a delete without a watermark)."""
+    props = [f.name for f in data.fields]
+    now = F.lit(at).cast("timestamp")
+    kind = F.col("__kind")
+    replace = kind == ChangeKind.REPLACE.value
+    deletes = kind.isin(ChangeKind.DELETE.value, ChangeKind.REPLACE_DELETE.value)
+    skipped = deletes | (kind == ChangeKind.PATCH.value)
+    flags = F.col("__flags")
+    flagged = F.when(flags.isNull(), F.col("data")).otherwise(
+        F.struct(
+            *[
+                F.when(
+                    (F.coalesce(flags[p], F.lit(0).cast("long")).bitwiseAND(MISSING)) != 0,
+                    _none(data[p].dataType),
+                )
+                .otherwise(F.col("data")[p])
+                .alias(p)
+                for p in props
+            ]
+        )
+    )
+    mark = (
+        F.when(F.col("data").isNull(), _none(StructType([data[c] for c in watermark]))).otherwise(
+            F.struct(*[F.col("data")[c].alias(c) for c in watermark])
+        )
+        if watermark
+        else None
+    )
+    # A delete with a watermark of a key never seen keeps that watermark as its tombstone.
+    moved = deletes & mark.isNotNull() if mark is not None else F.lit(False)
+    return changes.select(
+        "id",
+        "__seq",
+        "__tx",
+        F.when(skipped, "skipped").otherwise("inserted").alias("__effect"),
+        F.when(skipped, F.lit(0).cast("long"))
+        .when(replace, F.col("__version"))
+        .otherwise(F.lit(1).cast("long"))
+        .alias("version"),
+        F.when(skipped, _none(TimestampType()))
+        .when(replace, F.coalesce(F.col("__created"), now))
+        .otherwise(now)
+        .alias("created"),
+        now.alias("updated"),
+        F.when(skipped, _none(data)).when(replace, F.col("data")).otherwise(flagged).alias("data"),
+        F.when(moved, True).when(skipped, _none(BooleanType())).otherwise(False).alias("__deleted"),
+        F.lit("i").alias("__op"),
+        *([mark.alias("__mark")] if mark is not None else []),
+    )
+
+
 def _rows(out: StructType, marked: bool) -> Column:
     """Each key's output rows as an array of ``out`` structs: its effects, then — if it
     changed (a history entry, or its tombstone's watermark moved) — its new state and its

@@ -19,6 +19,8 @@ from tests.support import Workspace
 pytestmark = pytest.mark.spark
 
 UNIQUE = [order(f"o{i:02d}", 100 + i % 7, "new", "I", amount=i) for i in range(30)]
+# A delete of a key never seen: skipped, and the key's tombstone keeps its watermark.
+UNIQUE_AND_A_DELETE = [*UNIQUE[:20], order("o40", 100, "ghost", "D")]
 REPEATED = [
     *UNIQUE[:10],
     order("o01", 300, "paid", "U"),  # updated twice, the later one older: stale
@@ -40,15 +42,20 @@ def _load(
 ) -> dict[str, Any]:
     """DMS files into an empty table in one batch through the large path (as loads too big
     for the driver fold), by append or — ``merge`` — as if the table held rows."""
-    grouped: list[bool] = []
+    folds: list[str] = []
 
     def fold_rows(*args: Any, unique: bool, **kwargs: Any) -> Any:
-        grouped.append(not unique)
+        folds.append("ungrouped" if unique else "grouped")
         return sqlfold.fold_rows(*args, unique=unique, **kwargs)
+
+    def first_rows(*args: Any, **kwargs: Any) -> Any:
+        folds.append("first rows")
+        return sqlfold.first_rows(*args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(apply_module, "DRIVER_FOLD_MAX_ROWS", 0)
         patch.setattr(apply_module, "fold_rows", fold_rows)
+        patch.setattr(apply_module, "first_rows", first_rows)
         if merge:
             patch.setattr(apply_module, "holds_no_rows", lambda *_: False)
         ws = Workspace(root)
@@ -65,7 +72,7 @@ def _load(
     ]
     counts = [o.actions[0] for o in outcomes(spark, ws)]
     return {
-        "grouped": grouped,
+        "folds": folds,
         "operation": operations[0],
         "current": _table(table, "id", "version", "hash", "status", "amount", "ts"),
         "fresh": all(fresh),
@@ -87,24 +94,36 @@ def _load(
     }
 
 
-@pytest.mark.parametrize("rows", [UNIQUE, REPEATED], ids=["unique-keys", "repeated-keys"])
+@pytest.mark.parametrize(
+    "rows",
+    [UNIQUE, UNIQUE_AND_A_DELETE, REPEATED],
+    ids=["unique-keys", "unique-keys-and-a-delete", "repeated-keys"],
+)
 def test_a_first_load_appends_what_the_merge_would_write(
     spark: SparkSession, tmp_path: Path, rows: list[dict[str, Any]]
 ) -> None:
     appended = _load(spark, tmp_path / "append", rows)
     merged = _load(spark, tmp_path / "merge", rows, merge=True)
     assert (appended["operation"], merged["operation"]) == ("WRITE", "MERGE")
-    # The check job counted the file's repeated ids: a file without any folds ungrouped.
-    assert appended["grouped"] == merged["grouped"] == [rows is REPEATED]
+    # The check job counted the file's repeated ids: a file without any into an empty table
+    # is a projection per row (``first_rows``), into a table with rows a fold ungrouped.
+    if rows is REPEATED:
+        assert appended["folds"] == merged["folds"] == ["grouped"]
+    else:
+        assert (appended["folds"], merged["folds"]) == (["first rows"], ["ungrouped"])
     assert appended["fresh"] and merged["fresh"]
     for part in ("current", "history", "tombstones", "counts"):
         assert appended[part] == merged[part], part
     if rows is REPEATED:
         assert appended["counts"] == (10, 1, 1, 1, 2)
         assert ("o02", 2) in appended["tombstones"]
+    elif rows is UNIQUE_AND_A_DELETE:
+        assert appended["counts"] == (20, 0, 0, 1, 0)
+        assert appended["tombstones"] == [("o40", 0)]
+        assert len(appended["current"]) == len(appended["history"]) == 20
     else:
         assert appended["counts"] == (30, 0, 0, 0, 0)
-        assert len(appended["current"]) == 30
+        assert len(appended["current"]) == len(appended["history"]) == 30
 
 
 def test_two_files_of_unique_keys_fold_grouped_and_load_as_one(
@@ -114,7 +133,7 @@ def test_two_files_of_unique_keys_fold_grouped_and_load_as_one(
     so the fold groups (the check job does not count their distinct ids: nothing uses it)."""
     first, second = UNIQUE[:20], [order("o05", 200, "paid", "U"), *UNIQUE[20:]]
     loaded = _load(spark, tmp_path / "two", first, second)
-    assert loaded["grouped"] == [True]
+    assert loaded["folds"] == ["grouped"]
     assert loaded["counts"] == (30, 1, 0, 0, 0)
     assert ("o05", 2, "paid") in [
         row[:3]

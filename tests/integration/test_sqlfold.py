@@ -25,7 +25,7 @@ from pyspark.sql.types import (
 
 from streaming.apply import _fold_schema, _Folder
 from streaming.core.fold import ChangeKind, fold
-from streaming.sqlfold import fold_rows, supported
+from streaming.sqlfold import first_rows, fold_rows, supported
 
 SEQUENCES = 600
 DATA = StructType(
@@ -237,6 +237,50 @@ def test_sql_fold_of_one_change_per_key_into_empty_tables(spark: SparkSession) -
         "skipped",
     }
     found = _sql_fold(spark, changes, None, None, watermark=watermark, unique=True, out=out)
+    assert _canonical(found, out) == _canonical(expected, out)
+
+
+def _as_fold_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A row of ``sqlfold.first_rows`` as the rows ``fold_rows`` gives for its key: the effect,
+    then — if the key changed — its new state and its history entry."""
+    out = [
+        {
+            "__row_kind": "effect",
+            "id": row["id"],
+            "__seq": row["__seq"],
+            "__effect": row["__effect"],
+        }
+    ]
+    if row["__deleted"] is None:
+        return out
+    written = {k: row[k] for k in ("id", "version", "created", "updated", "__deleted", "data")}
+    out.append({"__row_kind": "state", **written, "__mark": row.get("__mark")})
+    if row["__effect"] == "inserted":
+        out.append({"__row_kind": "history", **written, "__op": row["__op"], "__tx": row["__tx"]})
+    return out
+
+
+@pytest.mark.parametrize(
+    "watermark", [(), ("ts",), ("ts", "b")], ids=["no-watermark", "ts", "ts-and-b"]
+)
+def test_first_rows_equal_the_reference_fold_of_one_change_into_nothing(
+    spark: SparkSession, watermark: tuple[str, ...]
+) -> None:
+    """``first_rows`` (a first load of unique keys, a projection) gives, for every change kind,
+    flags and watermark, what the reference fold gives for a key with nothing stored."""
+    rnd = random.Random(23 + len(watermark))
+    changes = [_change(rnd, f"k{n:04d}", (n % 5) << 32 | n) for n in range(SEQUENCES)]
+    assert {row["__kind"] for row in changes} == {k.value for k in ChangeKind}
+    mark = StructType([DATA[c] for c in watermark]) if watermark else None
+    out = _fold_schema(DATA, mark)
+    expected = _reference(changes, [], watermark)
+    rows = first_rows(
+        spark.createDataFrame(changes, CHANGES), data=DATA, watermark=watermark, at=AT
+    ).collect()
+    found = [r for row in rows for r in _as_fold_rows(_plain(row))]
+    assert {r["__effect"] for r in found if r["__row_kind"] == "effect"} == {"inserted", "skipped"}
+    moved = [r for r in found if r["__row_kind"] == "state" and r["__deleted"]]
+    assert bool(moved) == bool(watermark)  # deletes that leave a tombstone with a watermark
     assert _canonical(found, out) == _canonical(expected, out)
 
 
