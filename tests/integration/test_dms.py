@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from streaming import loads as loads_module
 from streaming.maintain import all_tables
 from streaming.outcomes import Outcome, Status
 from streaming.tables import read_table
@@ -300,3 +301,93 @@ def test_a_delete_newer_than_the_insert_after_it_keeps_the_key_deleted(
     assert deltalake.DeltaTable(orders).version() == version
     assert ("o7", 0) in current(tombstones, "id", "version")
     assert outcomes(spark, ws)[-1].actions[0].skipped == 1
+
+
+def _wave(spark: SparkSession, ws: Workspace, *, together: bool) -> dict[str, Any]:
+    """Five DMS files of sales.Order in one batch — three of one Parquet schema, one with a
+    column more, one that is not Parquet — read together where they can be or each alone."""
+    read: list[list[int]] = []
+    original = loads_module._read_together
+
+    def read_together(spark: SparkSession, group: Any, reader: Any) -> Any:
+        read.append(sorted(load.ordinal for load in group))
+        return original(spark, group, reader)
+
+    zone = dms_workspace(ws)
+    zone.drop(
+        "sales.Order",
+        "1.parquet",
+        [order("o1", 100, "new", "I"), order("o2", 100, "new", "I")],
+        ORDER,
+    )
+    zone.drop(
+        "sales.Order",
+        "2.parquet",
+        [
+            order("o1", 300, "paid", "U"),
+            order("o2", 200, "gone", "D"),
+            order("o1", 200, "late", "U"),
+        ],
+        ORDER,
+    )
+    extra = zone.drop(
+        "sales.Order", "3.parquet", [order("o3", 100, "new", "I")], {**ORDER, "NOTE": pa.string()}
+    )
+    (extra.parent / "4.parquet").write_bytes(b"PAR1 this is not parquet PAR1")
+    zone.drop(
+        "sales.Order",
+        "5.parquet",
+        [order("o2", 300, "back", "U"), order("o4", 1, "new", "I")],
+        ORDER,
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loads_module, "_read_together", read_together)
+        if not together:
+            patch.setattr(
+                loads_module, "_dms_together", lambda spark, loads, reader: ([], list(loads))
+            )
+        job = ws.run_once(spark, config(ws))
+    orders = job.layout.object_table("sales", "sales.Order")
+    return {
+        "read together": read,
+        "current": current(orders.current, "id", "version", "status", "hash"),
+        "history": current(orders.history, "id", "version", "__op", "__transaction_id"),
+        "tombstones": current(orders.tombstones, "id", "version"),
+        "outcomes": sorted(
+            (
+                o.transaction_id.rsplit("/", 1)[-1],
+                o.status.value,
+                o.error.code if o.error else None,
+                tuple(getattr(o.actions[0], e) for e in ("inserted", "updated", "deleted", "stale"))
+                if o.actions
+                else None,
+            )
+            for o in outcomes(spark, ws)
+            if o.transaction_id
+        ),
+    }
+
+
+def test_dms_files_of_one_table_and_schema_are_read_by_one_scan(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Issue 13 item 3: a wave's DMS files of one table whose Parquet schemas are equal are read
+    by one scan, each row still its own file's (transaction, order); a file of another schema
+    and a file that is not Parquet are read alone, and the result is the same as reading every
+    file alone."""
+    together = _wave(spark, Workspace(tmp_path / "together"), together=True)
+    alone = _wave(spark, Workspace(tmp_path / "alone"), together=False)
+    assert len(together["read together"]) == 1 and len(together["read together"][0]) == 3
+    assert alone["read together"] == []
+    for part in ("current", "history", "tombstones", "outcomes"):
+        assert together[part] == alone[part], part
+    by_file = {name: rest for name, *rest in together["outcomes"]}
+    assert by_file["4.parquet"][:2] == ["REJECTED", "UNREADABLE_DATA"]
+    assert by_file["2.parquet"] == ["COMMITTED", None, (0, 1, 1, 1)]
+    assert by_file["5.parquet"] == ["COMMITTED", None, (2, 0, 0, 0)]
+    assert [row[:3] for row in together["current"]] == [
+        ("o1", 2, "paid"),
+        ("o2", 3, "back"),
+        ("o3", 1, "new"),
+        ("o4", 1, "new"),
+    ]
