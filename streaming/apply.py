@@ -518,9 +518,11 @@ def _apply_large(
                 out_schema,
             )
         )
-    # Materialised once: the counts, the MERGE and the history append all read this result,
-    # and writing the table must not make Spark recompute it from the table's new state.
-    folded = rows.localCheckpoint(eager=True)
+    # Materialised once, hashed: the counts, the MERGE (which reads its source twice) and the
+    # history append all read this result, and writing the table must not make Spark
+    # recompute it from the table's new state.
+    hashed = rows.withColumn("hash", F.when(F.col("__row_kind") != "effect", _hash(rows)))
+    folded = hashed.localCheckpoint(eager=True)
     counts: dict[tuple[int, Effect], int] = {}
     deletes = 0
     for r in (
@@ -598,9 +600,8 @@ def _apply_first_load(
 
 # -- writes -------------------------------------------------------------------------------------
 def _with_hash(df: DataFrame, props: list[str], keep: tuple[str, ...] = ()) -> DataFrame:
-    """``hash``: the SHA-256 of the JSON of the properties (NULLs left out), map entries in key
-    order — the same content gives the same hash whichever fold wrote it. The properties are
-    flattened to columns; ``keep``: other columns to keep."""
+    """The rows with their ``hash`` (``_hash``; computed here unless ``df`` has it already)
+    and their properties flattened to columns; ``keep``: other columns to keep."""
     mark = ["__mark"] if "__mark" in df.columns else []
     return df.select(
         *keep,
@@ -608,15 +609,19 @@ def _with_hash(df: DataFrame, props: list[str], keep: tuple[str, ...] = ()) -> D
         "version",
         "created",
         "updated",
-        F.sha2(F.to_json(_in_key_order(F.col("data"), df.schema["data"].dataType)), 256).alias(
-            "hash"
-        ),
+        (F.col("hash") if "hash" in df.columns else _hash(df)).alias("hash"),
         *[F.col(f"data.{p}").alias(p) for p in props],
         "__deleted",
         "__op",
         "__tx",
         *mark,
     )
+
+
+def _hash(df: DataFrame) -> Column:
+    """The SHA-256 of the JSON of ``df``'s ``data`` (NULLs left out), map entries in key order:
+    the same content gives the same hash whichever fold wrote it."""
+    return F.sha2(F.to_json(_in_key_order(F.col("data"), df.schema["data"].dataType)), 256)
 
 
 def _in_key_order(value: Column, dtype: DataType) -> Column:
