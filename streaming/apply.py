@@ -216,10 +216,6 @@ KEY_PUSHDOWN_MAX = 2_000
 """Up to this many keys are pushed into the stored-rows read and the MERGE condition
 (``id IN (...)``) for Delta's file skipping; more would make the condition itself the cost."""
 
-SPREAD_MIN_ROWS = 100_000
-"""A first load's rows are spread over more tasks than they came in only with at least this
-many rows to a task (``_apply_first_load``)."""
-
 _LARGE_PATH = threading.Lock()
 """The large path writes through the session its changes come from (the query's), whose
 idempotency keys are session conf: one table at a time."""
@@ -469,7 +465,7 @@ def _apply_large(
     first_load = holds_no_rows(spark, paths.current, before[paths.current])
     no_tombstones = holds_no_rows(spark, paths.tombstones, before[paths.tombstones])
     if first_load and no_tombstones and unique:
-        return _apply_first_load(changes, data_schema, watermark, paths, commit, count)
+        return _apply_first_load(changes, data_schema, watermark, paths, commit)
     within = None if first_load else _spans(spark, paths, before, changes=changes)
     current = _within(read_table(spark, paths.current, before[paths.current]), within)
     current = current.select(
@@ -560,22 +556,15 @@ def _apply_first_load(
     watermark: tuple[str, ...],
     paths: ObjectTable,
     commit: BatchCommit,
-    count: int | None,
 ) -> TableResult:
     """A first load of unique keys (no stored rows, no tombstones, one change per key): each
     change's row is a projection (``sqlfold.first_rows``), hashed once and materialised once,
     then appended to the current table and (later) to history — two appends of the same
-    rows and a count, nothing grouped, joined or merged.
-
-    The changes are spread over the cores first when they come in fewer partitions (a DMS
-    full-load file is often one Parquet row group: one task would build and write every
-    row), with at least ``SPREAD_MIN_ROWS`` rows to a task."""
+    rows and a count, nothing grouped, joined or merged (a big file of one row group comes
+    spread over the cores: ``loads._spread``)."""
     spark = changes.sparkSession
     props = [f.name for f in data_schema.fields]
     mark = StructType([data_schema[c] for c in watermark]) if watermark else None
-    tasks = min(spark.sparkContext.defaultParallelism, (count or 0) // SPREAD_MIN_ROWS)
-    if tasks > changes.rdd.getNumPartitions():
-        changes = changes.repartition(tasks)
     rows = first_rows(changes, data=data_schema, watermark=watermark, at=commit.at)
     # Materialised once: the counts and both appends read it, the hash is computed once.
     folded = _with_hash(rows, props, keep=("__seq", "__effect")).localCheckpoint(eager=True)

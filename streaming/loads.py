@@ -376,8 +376,33 @@ def load_changes(spark: SparkSession, load: Load, reader: Reader) -> DataFrame:
             f"cannot read {_describe(load)}: {str(e).splitlines()[0]}",
             code="UNREADABLE_DATA",
         ) from e
-    raw = _in_file_order(load, raw)
+    raw = _spread(_in_file_order(load, raw), load)
     return _changes_of(load, raw, reader, F.lit(load.ordinal), F.lit(load.transaction_id))
+
+
+SPREAD_MIN_ROWS = 100_000
+"""A Parquet file of few row groups is spread over more tasks only with at least this many
+rows to a task (``_spread``)."""
+
+
+def _spread(raw: DataFrame, load: Load) -> DataFrame:
+    """The rows of a local Parquet file (DMS or Parquet) with fewer row groups than the cores
+    can use, spread over more tasks: Spark reads a row group in one task, and a DMS full-load
+    file is often one row group of a million rows — one core would then check, fold and write
+    every row. Its footer says (on the driver, a millisecond)."""
+    files = load.source
+    if not (
+        isinstance(files, Files)
+        and files.format in (DataFormat.DMS, DataFormat.PARQUET)
+        and _one_file(files)
+    ):
+        return raw
+    try:
+        meta = pq.ParquetFile(files.location.path).metadata
+    except Exception:  # Spark read it: leave it as Spark reads it
+        return raw
+    tasks = min(raw.sparkSession.sparkContext.defaultParallelism, meta.num_rows // SPREAD_MIN_ROWS)
+    return raw.repartition(tasks) if tasks > meta.num_row_groups else raw
 
 
 def _changes_of(

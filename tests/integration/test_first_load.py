@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from streaming import apply as apply_module
+from streaming import loads as loads_module
 from streaming import sqlfold
 from tests.integration.test_dms import ORDER, dms_workspace, order, outcomes
 from tests.support import Workspace
@@ -54,6 +55,8 @@ def _load(
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(apply_module, "DRIVER_FOLD_MAX_ROWS", 0)
+        # The file (one row group) is spread over two tasks, as a big full-load file is.
+        patch.setattr(loads_module, "SPREAD_MIN_ROWS", 5)
         patch.setattr(apply_module, "fold_rows", fold_rows)
         patch.setattr(apply_module, "first_rows", first_rows)
         if merge:
@@ -71,9 +74,11 @@ def _load(
         for r in deltalake.DeltaTable(str(table)).to_pyarrow_table().to_pylist()
     ]
     counts = [o.actions[0] for o in outcomes(spark, ws)]
+    files = len(deltalake.DeltaTable(str(table)).file_uris())
     return {
         "folds": folds,
         "operation": operations[0],
+        "files": files,
         "current": _table(table, "id", "version", "hash", "status", "amount", "ts"),
         "fresh": all(fresh),
         "history": _table(
@@ -112,6 +117,8 @@ def test_a_first_load_appends_what_the_merge_would_write(
     else:
         assert (appended["folds"], merged["folds"]) == (["first rows"], ["ungrouped"])
     assert appended["fresh"] and merged["fresh"]
+    if len(rows) > 20:  # spread over two tasks, each writes its file
+        assert appended["files"] == 2
     for part in ("current", "history", "tombstones", "counts"):
         assert appended[part] == merged[part], part
     if rows is REPEATED:
