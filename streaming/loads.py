@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 from pyspark.errors import AnalysisException
@@ -324,11 +325,25 @@ def _read_together(spark: SparkSession, group: Sequence[Load], reader: Reader) -
     if len(by_name) != len(group):
         raise ValueError("two loads of the group have files of the same name")
     raw = spark.read.parquet(*(paths[load.ordinal] for load in group))
+    # A file's name as Spark lists it (a URI: ``5%20b.parquet``) and decoded (``5 b.parquet``):
+    # ``_metadata.file_name`` gives the former. Every row must find its load.
+    listed = raw.inputFiles()
+    if len(listed) != len(group):
+        raise ValueError(f"Spark lists {listed}, the loads are {sorted(by_name)}")
+    names: dict[str, Load] = {}
+    for uri in listed:
+        encoded = uri.rstrip("/").rsplit("/", 1)[-1]
+        load = by_name.get(unquote(encoded))
+        keys = {encoded, unquote(encoded)}
+        if load is None or any(names.get(key, load) is not load for key in keys):
+            raise ValueError(f"Spark lists {uri}: not one of the loads' files {sorted(by_name)}")
+        names.update(dict.fromkeys(keys, load))
     name = F.col("_metadata.file_name")
 
     def per_file(value: Callable[[Load], Any]) -> Column:
-        pairs = [part for n, load in by_name.items() for part in (F.lit(n), F.lit(value(load)))]
-        return F.create_map(*pairs)[name]
+        pairs = [part for n, load in names.items() for part in (F.lit(n), F.lit(value(load)))]
+        found = F.create_map(*pairs)[name]
+        return F.coalesce(found, F.raise_error(F.concat(F.lit("no load for file "), name)))
 
     raw = raw.withColumn(ROW, F.col("_metadata.row_index"))
     ordinal = per_file(lambda load: load.ordinal)

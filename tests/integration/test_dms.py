@@ -336,7 +336,7 @@ def _wave(spark: SparkSession, ws: Workspace, *, together: bool) -> dict[str, An
     (extra.parent / "4.parquet").write_bytes(b"PAR1 this is not parquet PAR1")
     zone.drop(
         "sales.Order",
-        "5.parquet",
+        "5 b%.parquet",  # a name a URI encodes
         [order("o2", 300, "back", "U"), order("o4", 1, "new", "I")],
         ORDER,
     )
@@ -384,7 +384,7 @@ def test_dms_files_of_one_table_and_schema_are_read_by_one_scan(
     by_file = {name: rest for name, *rest in together["outcomes"]}
     assert by_file["4.parquet"][:2] == ["REJECTED", "UNREADABLE_DATA"]
     assert by_file["2.parquet"] == ["COMMITTED", None, (0, 1, 1, 1)]
-    assert by_file["5.parquet"] == ["COMMITTED", None, (2, 0, 0, 0)]
+    assert by_file["5 b%.parquet"] == ["COMMITTED", None, (2, 0, 0, 0)]
     assert [row[:3] for row in together["current"]] == [
         ("o1", 2, "paid"),
         ("o2", 3, "back"),
