@@ -75,6 +75,7 @@ from streaming.tables import (
     id_ranges,
     idempotent,
     latest_version,
+    one_of,
     read_table,
 )
 from streaming.tombstones import DeletedKeys, later
@@ -402,7 +403,7 @@ def _of_keys(spark: SparkSession, table: DataFrame, keys: list[str]) -> DataFram
     filter Delta skips files with; more as a broadcast semi-join (a filter of 20,000 literals
     cost W2's batch seconds of planning, more than the files it skips)."""
     if len(keys) <= KEY_PUSHDOWN_MAX:
-        return table.where(F.col("id").isin(keys))
+        return table.where(one_of(F.col("id"), keys))
     ids = spark.createDataFrame([(k,) for k in keys], "id string")
     return table.join(F.broadcast(ids), "id", "left_semi")
 
@@ -650,7 +651,7 @@ def _merge(
     }
     condition = F.col("t.id") == F.col("s.id")
     if keys is not None and len(keys) <= KEY_PUSHDOWN_MAX:
-        condition = condition & F.col("t.id").isin(keys)
+        condition = condition & one_of(F.col("t.id"), keys)
     elif within is not None:
         condition = condition & _in_spans(F.col("t.id"), within)
 

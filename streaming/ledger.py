@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 
 from streaming.core.batch import Committed
 from streaming.outcomes import Outcome, Status
-from streaming.tables import LEDGER_SCHEMA, BatchCommit, append, read_table
+from streaming.tables import LEDGER_SCHEMA, BatchCommit, append, one_of, read_table
 
 
 def committed(spark: SparkSession, path: str, ids: Iterable[str]) -> dict[str, Committed]:
@@ -25,7 +25,7 @@ def committed(spark: SparkSession, path: str, ids: Iterable[str]) -> dict[str, C
         return {}
     rows = (
         read_table(spark, path)
-        .where(F.col("transaction_id").isin(wanted))
+        .where(one_of(F.col("transaction_id"), wanted))
         .select("transaction_id", "content_hash", "outcome", "batch_id", "query")
         .collect()
     )

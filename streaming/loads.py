@@ -44,6 +44,7 @@ from streaming.jsonfiles import BATCHED_KINDS, batchable, local_or_hadoop_lister
 from streaming.plan import Files, Load, SchemaRows
 from streaming.reads import Reader, filtered
 from streaming.requests import DataFormat, Operation
+from streaming.tables import one_of
 
 log = logging.getLogger(__name__)
 
@@ -588,7 +589,7 @@ def check_loads(
         and (not _many_changes_per_key(load) or per_table[load.writes] == 1)
     )
     ordinal = F.shiftright(F.col("__seq").cast("long"), SEQ_SHIFT)
-    counted_id = F.when(ordinal.isin(distinct), F.col("id"))
+    counted_id = F.when(_ordinal_in(ordinal, distinct), F.col("id"))
     stats = (
         union.groupBy(ordinal.alias("ordinal"))
         .agg(
@@ -647,13 +648,19 @@ def _mistyped_columns(union: DataFrame, ordinals: list[int]) -> dict[int, list[s
     ordinal = F.shiftright(F.col("__seq").cast("long"), SEQ_SHIFT)
     found: dict[int, list[str]] = defaultdict(list)
     for row in (
-        union.where(ordinal.isin(ordinals) & (F.size("__bad_cols") > 0))
+        union.where(_ordinal_in(ordinal, ordinals) & (F.size("__bad_cols") > 0))
         .select(ordinal.alias("ordinal"), F.explode("__bad_cols").alias("column"))
         .distinct()
         .collect()
     ):
         found[int(row["ordinal"])].append(row["column"])
     return {number: sorted(columns) for number, columns in found.items()}
+
+
+def _ordinal_in(ordinal: Column, ordinals: Sequence[int]) -> Column:
+    """``ordinal IN (ordinals)`` without a py4j call per ordinal (``one_of``; a long's text is
+    exact, so comparing texts is comparing numbers)."""
+    return one_of(ordinal.cast("string"), [str(o) for o in ordinals])
 
 
 def _many_changes_per_key(load: Load) -> bool:

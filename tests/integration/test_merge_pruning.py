@@ -259,3 +259,43 @@ def test_id_ranges_come_from_the_snapshot_held_at_that_version(
         "append"
     ).save(path)
     assert id_ranges(spark, path, 3) is None  # a maximum Delta cut short
+
+
+def test_one_of_selects_what_isin_selects_and_delta_skips_files_with_it(
+    spark: SparkSession, tmp_path: os.PathLike[str]
+) -> None:
+    """``one_of`` (the keys of a batch as one string, split in the JVM) is ``isin``: the same
+    rows, for ids with quotes, backslashes, commas, spaces, a newline and non-ASCII letters, and
+    the same file skipping (Delta checks a long list by its smallest and largest value, so the
+    odd ids, which sort outside range 2, make it read more files — with ``isin`` too); empty ids
+    and ids holding the separator take ``isin`` itself. ``loads._ordinal_in`` compares longs
+    through it."""
+    from streaming.loads import _ordinal_in
+    from streaming.tables import one_of
+
+    path = str(tmp_path / "t")
+    odd = ["it's", "back\\slash", "comma,id", "ünï", "a b", "\\u0041", 'q"q', "x\ny"]
+    for r in range(RANGES):
+        ids = [f"r{r}-{n:03d}" for n in range(PER_RANGE)]
+        if r == 2:
+            ids += [*odd, "", "nul\x00id"]
+        spark.createDataFrame([(i,) for i in ids], "id string").coalesce(1).write.format(
+            "delta"
+        ).mode("append").save(path)
+    table = read_table(spark, path)
+    in_range = [f"r2-{n:03d}" for n in range(0, PER_RANGE, 5)]
+    for keys, files in (
+        (in_range, 1),
+        ([*in_range, *odd, "absent"], RANGES),
+        ([*in_range, "", "nul\x00id"], 3),  # isin's own way; "" sorts first: ranges 0-2
+    ):
+        got, isin = table.where(one_of(table["id"], keys)), table.where(table["id"].isin(keys))
+        assert _files_read(got) == _files_read(isin) == files  # first: a second run resets it
+        assert sorted(r["id"] for r in got.collect()) == sorted(
+            r["id"] for r in isin.collect()
+        ) == sorted(k for k in keys if k != "absent")
+    numbers = spark.range(40).withColumnRenamed("id", "n")
+    wanted = [0, 3, 9, 10, 11, 21, 30, 39, 77]
+    assert sorted(r["n"] for r in numbers.where(_ordinal_in(numbers["n"], wanted)).collect()) == [
+        0, 3, 9, 10, 11, 21, 30, 39
+    ]
