@@ -291,11 +291,20 @@ def test_one_of_selects_what_isin_selects_and_delta_skips_files_with_it(
     ):
         got, isin = table.where(one_of(table["id"], keys)), table.where(table["id"].isin(keys))
         assert _files_read(got) == _files_read(isin) == files  # first: a second run resets it
-        assert sorted(r["id"] for r in got.collect()) == sorted(
-            r["id"] for r in isin.collect()
-        ) == sorted(k for k in keys if k != "absent")
+        assert (
+            sorted(r["id"] for r in got.collect())
+            == sorted(r["id"] for r in isin.collect())
+            == sorted(k for k in keys if k != "absent")
+        )
     numbers = spark.range(40).withColumnRenamed("id", "n")
     wanted = [0, 3, 9, 10, 11, 21, 30, 39, 77]
     assert sorted(r["n"] for r in numbers.where(_ordinal_in(numbers["n"], wanted)).collect()) == [
-        0, 3, 9, 10, 11, 21, 30, 39
+        0,
+        3,
+        9,
+        10,
+        11,
+        21,
+        30,
+        39,
     ]

@@ -23,9 +23,7 @@ def rows(**keys: int) -> list[dict[str, Any]]:
 def test_held_keys_are_answered_at_the_version_held_without_spark() -> None:
     deleted = held(4, dog1=2, dog2=5)
     spark: Any = None  # a lookup at the held version reads nothing
-    assert deleted.of_keys(spark, PATH, 4, ["dog1", "dog3"], watermark=False) == {
-        "dog1": (2, None)
-    }
+    assert deleted.of_keys(spark, PATH, 4, ["dog1", "dog3"], watermark=False) == {"dog1": (2, None)}
 
 
 def test_the_sinks_next_append_advances_the_copy_and_the_latest_version_wins() -> None:
