@@ -233,32 +233,38 @@ def load_wave(
     (or the pinned table versions) again."""
     errors: dict[int, RejectedError] = {}
     batched = [load for load in loads if batchable(load)]
-    groups, refused = read_json_loads(
+    groups, refused, records = read_json_loads(
         spark, batched, resolve_sources, local_or_hadoop_lister(spark), _describe
     )
     errors.update(refused)
-    loaded = [Loaded(tuple(group.loads), group.frame) for group in groups]
-    read = {load.ordinal for load in batched}
-    rest = [load for load in loads if load.ordinal not in read and load.source is not None]
-    together, rest = _dms_together(spark, rest, reader)
-    loaded.extend(together)
-
-    def prepare(load: Load) -> Loaded | RejectedError:
-        try:
-            return Loaded((load,), load_changes(spark, load, reader))
-        except RejectedError as e:
-            return e
-
-    for load, prepared in zip(rest, _side_by_side(spark, prepare, rest), strict=True):
-        if isinstance(prepared, RejectedError):
-            errors[load.ordinal] = prepared
-        else:
-            loaded.append(prepared)
-    # Lazy: the check job below fills every cache in one pass.
-    cached = [part.frame.persist() for part in loaded]
+    cached: list[DataFrame] = []
     try:
+        loaded = [Loaded(tuple(group.loads), group.frame) for group in groups]
+        read = {load.ordinal for load in batched}
+        rest = [load for load in loads if load.ordinal not in read and load.source is not None]
+        together, rest = _dms_together(spark, rest, reader)
+        loaded.extend(together)
+
+        def prepare(load: Load) -> Loaded | RejectedError:
+            try:
+                return Loaded((load,), load_changes(spark, load, reader))
+            except RejectedError as e:
+                return e
+
+        for load, prepared in zip(rest, _side_by_side(spark, prepare, rest), strict=True):
+            if isinstance(prepared, RejectedError):
+                errors[load.ordinal] = prepared
+            else:
+                loaded.append(prepared)
+        # Lazy: the check job below fills every cache in one pass.
+        cached = [part.frame.persist() for part in loaded]
         counted: dict[int, RowCount] = {}
-        errors.update(check_loads(loaded, counted))
+        try:
+            errors.update(check_loads(loaded, counted))
+        finally:
+            if records is not None:  # read into the caches above by now
+                records.unpersist()
+                records = None
         loaded = [Loaded(part.loads, part.frame, counted) for part in loaded]
         by_ordinal = {load.ordinal: load for load in loads}
         rejected: dict[str, RejectedError] = {}
@@ -268,6 +274,8 @@ def load_wave(
         kept = [part.without(dropped) for part in loaded]
         yield [part for part in kept if part is not None], rejected
     finally:
+        if records is not None:
+            records.unpersist()
         for frame in cached:
             frame.unpersist()
 
