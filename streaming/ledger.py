@@ -9,22 +9,97 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from streaming.core.batch import Committed
 from streaming.outcomes import Outcome, Status
-from streaming.tables import LEDGER_SCHEMA, BatchCommit, append, one_of, read_table
+from streaming.tables import (
+    LEDGER_SCHEMA,
+    BatchCommit,
+    append,
+    known_size,
+    latest_version,
+    one_of,
+    read_table,
+)
+
+MAX_HELD_BYTES = 64 * 1024 * 1024
+"""A ledger up to this size (Parquet bytes, from Delta's checksum) has its ids held on the
+driver (``HeldIds``): some hundred thousand transactions, a few tens of MB of driver memory."""
 
 
-def committed(spark: SparkSession, path: str, ids: Iterable[str]) -> dict[str, Committed]:
-    """Ledger entries of the given transaction ids."""
+@dataclass
+class HeldIds:
+    """The ledger's transaction ids held on the driver as of one version, so that a batch of
+    new transactions (the usual case) is triaged without a Spark job: looking them up in the
+    table costs a job per batch that reads every ledger file (ids are random: Delta's
+    statistics skip none), after rebuilding the state of the version the last batch made.
+
+    The ids are used only at exactly the version they are of: the sink's own append moves them
+    along (``appended``); any other commit (another query sharing the ledger, ``cdc
+    maintain``, a RESTORE) moves the table to a version they are not of, and they are read
+    again — or, once the ledger is larger than ``max_bytes``, not held at all (each batch then
+    looks its ids up in the table)."""
+
+    max_bytes: int = MAX_HELD_BYTES
+    version: int | None = None
+    ids: set[str] = field(default_factory=set)
+
+    def at(self, spark: SparkSession, path: str, version: int) -> set[str] | None:
+        """The ids of the ledger at ``version``; None when it is too large to hold."""
+        if self.version == version:
+            return self.ids
+        size = known_size(spark, path, version)
+        if size is None or size > self.max_bytes:
+            self.forget()
+            return None
+        rows = read_table(spark, path, version).select("transaction_id").collect()
+        self.version, self.ids = version, {r["transaction_id"] for r in rows}
+        return self.ids
+
+    def appended(
+        self, before: int | None, after: int, ids: Iterable[str], size: int | None
+    ) -> None:
+        """The sink appended ``ids`` as the commit that moved the ledger from ``before`` to
+        ``after`` (``size`` bytes now): held ids of ``before`` take them in when that was the
+        only commit, and the ledger is still small enough."""
+        if (
+            self.version is None
+            or before != self.version
+            or after != before + 1
+            or size is None
+            or size > self.max_bytes
+        ):
+            self.forget()
+            return
+        self.ids.update(ids)
+        self.version = after
+
+    def forget(self) -> None:
+        self.version, self.ids = None, set()
+
+
+def committed(
+    spark: SparkSession, path: str, ids: Iterable[str], held: HeldIds | None = None
+) -> dict[str, Committed]:
+    """Ledger entries of the given transaction ids. With ``held``: ids it does not hold are not
+    in the ledger, and only the others (a re-sent transaction) are looked up."""
     wanted = sorted(set(ids))
     if not wanted:
         return {}
+    version = None
+    if held is not None:
+        version = latest_version(spark, path)
+        known = held.at(spark, path, version)
+        if known is not None:
+            wanted = [i for i in wanted if i in known]
+            if not wanted:
+                return {}
     rows = (
-        read_table(spark, path)
+        read_table(spark, path, version)
         .where(one_of(F.col("transaction_id"), wanted))
         .select("transaction_id", "content_hash", "outcome", "batch_id", "query")
         .collect()
@@ -42,8 +117,10 @@ def record(
     path: str,
     entries: Sequence[tuple[Outcome, str]],
     commit: BatchCommit,
+    held: HeldIds | None = None,
 ) -> None:
-    """Add COMMITTED transactions (outcome, content hash); idempotent for a replayed batch."""
+    """Add COMMITTED transactions (outcome, content hash); idempotent for a replayed batch.
+    ``held``: the ids the sink holds, moved along with this append."""
     rows = [
         (
             o.transaction_id,
@@ -61,6 +138,14 @@ def record(
     ]
     if not rows:
         return
+    before = held.version if held is not None else None
     # An append, not a MERGE: triage never admits a transaction the ledger already holds (a
     # replayed batch's own entries aside, and ``append`` does not make a replayed commit again).
-    append(spark.createDataFrame(rows, LEDGER_SCHEMA), path, commit)
+    made = append(spark.createDataFrame(rows, LEDGER_SCHEMA), path, commit)
+    if held is not None:
+        if made:
+            after = latest_version(spark, path)
+            ids = [r[0] for r in rows]
+            held.appended(before, after, ids, known_size(spark, path, after))
+        elif before != latest_version(spark, path):
+            held.forget()

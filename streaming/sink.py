@@ -85,6 +85,8 @@ class Sink:
     sessions: Sessions = field(init=False)
     deleted: DeletedKeys = field(default_factory=DeletedKeys, init=False)
     """Small tombstones tables held on the driver between batches (``streaming.tombstones``)."""
+    committed_ids: ledger.HeldIds = field(default_factory=ledger.HeldIds, init=False)
+    """The ledger's ids held on the driver between batches (``ledger.HeldIds``)."""
     _finished: int | None = field(default=None, init=False)
     """The last batch this sink ran to its end (``replay_possible``)."""
 
@@ -141,7 +143,7 @@ class Sink:
     # -- steps ----------------------------------------------------------------------------
     def _triage(self, raws: Sequence[RawRequest], batch_id: int) -> list[Verdict]:
         ids = transaction_ids(raws, self.decode)
-        known = ledger.committed(self.spark, self.layout.ledger, ids)
+        known = ledger.committed(self.spark, self.layout.ledger, ids, self.committed_ids)
         return triage(raws, known, batch_id, self.decode, self.query_key)
 
     def _plan(
@@ -403,6 +405,7 @@ class Sink:
                 path=self.layout.ledger,
                 entries=list(zip(outcomes, hashes, strict=True)),
                 commit=commit,
+                held=self.committed_ids,
             ),
             partial(system.quarantine, path=self.layout.quarantine, items=bad, commit=commit),
         ]

@@ -413,15 +413,15 @@ def read_table(spark: SparkSession, path: str, version: int | None = None) -> Da
     return reader.load(path)
 
 
-def append(df: DataFrame, path: str, commit: BatchCommit) -> None:
+def append(df: DataFrame, path: str, commit: BatchCommit) -> bool:
     """Append ``df`` to the Delta table at ``path`` once per (query, batch, step): when the batch
     may be a replay, a commit already in the table's latest commits (``batch_commits``) is not
     made again. One Spark job (the write): an append with ``txnAppId`` would add one that
-    rebuilds the table's snapshot state to look the id up."""
+    rebuilds the table's snapshot state to look the id up. Whether it made the commit."""
     if commit.replay_possible and commit.step in batch_commits(
         df.sparkSession, path, commit.query, commit.batch_id
     ):
-        return
+        return False
     on_conflict_retry(
         lambda: (
             df.write.format("delta")
@@ -431,3 +431,4 @@ def append(df: DataFrame, path: str, commit: BatchCommit) -> None:
         ),
         what=path,
     )
+    return True

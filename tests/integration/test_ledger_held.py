@@ -1,0 +1,80 @@
+"""The ledger's ids held on the driver between batches (``ledger.HeldIds``): a batch of new
+transactions is triaged without looking them up in the ledger; a re-sent one is still DUPLICATE;
+a transaction another query committed to the same ledger in between is seen."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from streaming import ledger
+from streaming.core.batch import RawRequest, split_landing_file
+from streaming.job import Job
+from streaming.outcomes import Status
+from tests.support import Workspace, request, upsert
+
+pytestmark = pytest.mark.spark
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def batch(ws: Workspace, tid: str, name: str, folder: str = "") -> list[RawRequest]:
+    folder = folder or tid
+    ws.data(f"{folder}/petstore/Dog/part.json", {"id": f"dog-{tid}", "name": name})
+    line = request(tid, upsert(f"./data/{folder}"))
+    return split_landing_file(f"file:/landing/{tid}.jsonl", T0, (line + "\n").encode(), T0)
+
+
+def test_new_transactions_are_triaged_from_the_held_ids_and_a_resent_one_is_duplicate(
+    spark: SparkSession, ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws.dataset("petstore", "petstore.Dog:\n  properties:\n    name: {type: string}\n")
+    job = Job.create(spark, ws.config())
+    other = Job.create(spark, ws.config(query_name="other"))  # the same ledger
+    reads: list[int | None] = []
+    real = ledger.read_table
+
+    def spy(spark: SparkSession, path: str, version: int | None = None) -> Any:
+        if path == job.layout.ledger:
+            reads.append(version)
+        return real(spark, path, version)
+
+    monkeypatch.setattr(ledger, "read_table", spy)
+
+    def status(sink_job: Job, raws: list[RawRequest], batch_id: int) -> Status:
+        (outcome,) = sink_job.sink.process(raws, batch_id)
+        return outcome.status
+
+    assert status(job, batch(ws, "t0", "Rex"), 0) is Status.COMMITTED
+    assert len(reads) == 1  # the ids, read whole once (an empty ledger)
+    assert status(job, batch(ws, "t1", "Fido"), 1) is Status.COMMITTED
+    assert len(reads) == 1  # t1 is not held: not in the ledger, nothing read
+    assert job.sink.committed_ids.ids == {"t0", "t1"}
+
+    assert status(job, batch(ws, "t0", "Rex"), 2) is Status.DUPLICATE
+    assert len(reads) == 2  # held: looked up, for its first outcome
+
+    # Another query commits t2 to the same ledger; re-sent here, it is DUPLICATE: the ledger's
+    # version moved past the held one, so the ids are read again.
+    assert status(other, batch(ws, "t2", "Lassie"), 0) is Status.COMMITTED
+    assert status(job, batch(ws, "t2", "Lassie"), 3) is Status.DUPLICATE
+    assert "t2" in job.sink.committed_ids.ids
+    # The same id with another request is refused, not applied.
+    changed = batch(ws, "t2", "Lassie II", folder="t2-other")
+    (outcome,) = job.sink.process(changed, 4)
+    assert outcome.status is Status.REJECTED and outcome.error is not None
+    assert outcome.error.code == "TRANSACTION_ID_REUSED"
+
+
+def test_a_ledger_too_large_to_hold_is_looked_up_each_batch(
+    spark: SparkSession, ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws.dataset("petstore", "petstore.Dog:\n  properties:\n    name: {type: string}\n")
+    job = Job.create(spark, ws.config())
+    job.sink.committed_ids.max_bytes = 0  # any ledger with a file is too large
+    assert job.sink.process(batch(ws, "t0", "Rex"), 0)[0].status is Status.COMMITTED
+    assert job.sink.process(batch(ws, "t1", "Fido"), 1)[0].status is Status.COMMITTED
+    assert job.sink.committed_ids.version is None
+    assert job.sink.process(batch(ws, "t0", "Rex"), 2)[0].status is Status.DUPLICATE
