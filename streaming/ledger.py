@@ -47,11 +47,18 @@ class HeldIds:
     max_bytes: int = MAX_HELD_BYTES
     version: int | None = None
     ids: set[str] = field(default_factory=set)
+    asked: bool = False
+    """Whether a batch asked before: the first batch of a process (``cdc run --once``, often
+    its only one) looks its ids up instead of reading every id."""
 
     def at(self, spark: SparkSession, path: str, version: int) -> set[str] | None:
-        """The ids of the ledger at ``version``; None when it is too large to hold."""
+        """The ids of the ledger at ``version``; None when it is too large to hold, or at the
+        first batch."""
         if self.version == version:
             return self.ids
+        if not self.asked:
+            self.asked = True
+            return None
         size = known_size(spark, path, version)
         if size is None or size > self.max_bytes:
             self.forget()

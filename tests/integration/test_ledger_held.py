@@ -48,22 +48,24 @@ def test_new_transactions_are_triaged_from_the_held_ids_and_a_resent_one_is_dupl
         return outcome.status
 
     assert status(job, batch(ws, "t0", "Rex"), 0) is Status.COMMITTED
-    assert len(reads) == 1  # the ids, read whole once (an empty ledger)
+    assert len(reads) == 1  # the first batch of a process looks its ids up
     assert status(job, batch(ws, "t1", "Fido"), 1) is Status.COMMITTED
-    assert len(reads) == 1  # t1 is not held: not in the ledger, nothing read
-    assert job.sink.committed_ids.ids == {"t0", "t1"}
+    assert len(reads) == 2  # the ids, read whole once; t1 is not among them: nothing more
+    assert status(job, batch(ws, "t3", "Lassie"), 2) is Status.COMMITTED
+    assert len(reads) == 2  # held, moved along with the sink's appends: nothing read
+    assert job.sink.committed_ids.ids == {"t0", "t1", "t3"}
 
-    assert status(job, batch(ws, "t0", "Rex"), 2) is Status.DUPLICATE
-    assert len(reads) == 2  # held: looked up, for its first outcome
+    assert status(job, batch(ws, "t0", "Rex"), 3) is Status.DUPLICATE
+    assert len(reads) == 3  # held: looked up, for its first outcome
 
     # Another query commits t2 to the same ledger; re-sent here, it is DUPLICATE: the ledger's
     # version moved past the held one, so the ids are read again.
-    assert status(other, batch(ws, "t2", "Lassie"), 0) is Status.COMMITTED
-    assert status(job, batch(ws, "t2", "Lassie"), 3) is Status.DUPLICATE
+    assert status(other, batch(ws, "t2", "Timmy"), 0) is Status.COMMITTED
+    assert status(job, batch(ws, "t2", "Timmy"), 4) is Status.DUPLICATE
     assert "t2" in job.sink.committed_ids.ids
     # The same id with another request is refused, not applied.
     changed = batch(ws, "t2", "Lassie II", folder="t2-other")
-    (outcome,) = job.sink.process(changed, 4)
+    (outcome,) = job.sink.process(changed, 5)
     assert outcome.status is Status.REJECTED and outcome.error is not None
     assert outcome.error.code == "TRANSACTION_ID_REUSED"
 
