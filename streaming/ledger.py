@@ -152,7 +152,7 @@ def record(
     if held is not None:
         if made:
             after = latest_version(spark, path)
-            ids = [r[0] for r in rows]
+            ids = [str(r[0]) for r in rows]
             held.appended(before, after, ids, known_size(spark, path, after))
         elif before != latest_version(spark, path):
             held.forget()

@@ -24,6 +24,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.classic.column import Column as JvmColumn
 from pyspark.sql.types import (
     BinaryType,
     BooleanType,
@@ -396,14 +397,16 @@ def one_of(column: Column, values: Sequence[str]) -> Column:
     split drops a trailing empty value), take ``isin``."""
     if len(values) < 8 or any(not v or _SEPARATOR in v for v in values):
         return column.isin(list(values))
-    jvm = SparkContext._active_spark_context._jvm  # type: ignore[union-attr]
+    context = SparkContext._active_spark_context
+    assert context is not None and context._jvm is not None
+    jvm = context._jvm
     pattern = jvm.java.util.regex.Pattern
     listed = (
         pattern.compile(pattern.quote(_SEPARATOR))
         .splitAsStream(_SEPARATOR.join(values))
         .collect(jvm.java.util.stream.Collectors.toList())
     )
-    return Column(column._jc.isInCollection(listed))
+    return JvmColumn(column._jc.isInCollection(listed))  # type: ignore[operator]  # typed abstract
 
 
 def read_table(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
