@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -136,10 +136,27 @@ def read_json_loads(
         .persist()
     )
     try:
-        keys_by_file = _discover(text)
+        groups = _groups(spark, text, loads, files, _discover(text), resolve, refused)
     except Exception:
         text.unpersist()
         raise
+    if not groups:
+        text.unpersist()
+        return [], refused, None
+    return groups, refused, text
+
+
+def _groups(
+    spark: SparkSession,
+    text: DataFrame,
+    loads: Sequence[Load],
+    files: Mapping[int, list[str]],
+    keys_by_file: Mapping[str, list[str]],
+    resolve: Resolver,
+    refused: dict[int, RejectedError],
+) -> list[JsonGroup]:
+    """One group per target table of the loads whose columns resolve (the others go to
+    ``refused``)."""
     by_table: dict[str, list[tuple[Load, list[str], dict[str, str], list[str]]]] = defaultdict(list)
     for load in loads:
         if load.ordinal not in files:
@@ -153,14 +170,10 @@ def read_json_loads(
             refused[load.ordinal] = e
             continue
         by_table[load.writes].append((load, spark_files, sources, present))
-    if not by_table:
-        text.unpersist()
-        return [], refused, None
-    groups = [
+    return [
         JsonGroup(tuple(m[0] for m in members), _changes(spark, text, members))
         for _, members in sorted(by_table.items())
     ]
-    return groups, refused, text
 
 
 def _records(value: Column) -> Column:

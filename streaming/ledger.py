@@ -149,10 +149,9 @@ def record(
     # An append, not a MERGE: triage never admits a transaction the ledger already holds (a
     # replayed batch's own entries aside, and ``append`` does not make a replayed commit again).
     made = append(spark.createDataFrame(rows, LEDGER_SCHEMA), path, commit)
-    if held is not None:
-        if made:
-            after = latest_version(spark, path)
-            ids = [str(r[0]) for r in rows]
-            held.appended(before, after, ids, known_size(spark, path, after))
-        elif before != latest_version(spark, path):
-            held.forget()
+    # Not made (a replay's commit was there already): the held ids stay as they are, and are
+    # read again at the next batch if the ledger's version moved.
+    if held is not None and made:
+        after = latest_version(spark, path)
+        ids = [str(r[0]) for r in rows]
+        held.appended(before, after, ids, known_size(spark, path, after))

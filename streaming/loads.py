@@ -259,12 +259,10 @@ def load_wave(
         # Lazy: the check job below fills every cache in one pass.
         cached = [part.frame.persist() for part in loaded]
         counted: dict[int, RowCount] = {}
-        try:
-            errors.update(check_loads(loaded, counted))
-        finally:
-            if records is not None:  # read into the caches above by now
-                records.unpersist()
-                records = None
+        errors.update(check_loads(loaded, counted))
+        if records is not None:  # read into the caches above by now
+            records.unpersist()
+            records = None
         loaded = [Loaded(part.loads, part.frame, counted) for part in loaded]
         by_ordinal = {load.ordinal: load for load in loads}
         rejected: dict[str, RejectedError] = {}
