@@ -424,7 +424,12 @@ def _spread(raw: DataFrame, load: Load) -> DataFrame:
     except Exception:  # Spark read it: leave it as Spark reads it
         return raw
     tasks = min(raw.sparkSession.sparkContext.defaultParallelism, meta.num_rows // SPREAD_MIN_ROWS)
-    return raw.repartition(tasks) if tasks > meta.num_row_groups else raw
+    if tasks <= meta.num_row_groups:
+        return raw
+    # By a hash of the row's place in the file: a round-robin repartition sorts every row
+    # first (to be deterministic on retry), on the one task that read them.
+    at = F.col(ROW) if ROW in raw.columns else F.col("_metadata.row_index")
+    return raw.repartition(tasks, at)
 
 
 def _changes_of(
