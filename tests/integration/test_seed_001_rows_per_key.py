@@ -176,3 +176,24 @@ def test_the_seeds_own_column_name_deleted(spark: SparkSession, ws: Workspace) -
     result = outcome(spark, ws, "tx-2")
     assert result.status is Status.COMMITTED, result.error
     assert current(job.layout.table("seed", "seed.Order")) == {}
+
+
+def test_rows_of_a_key_in_more_files_than_spark_reads_in_one_partition(
+    spark: SparkSession, ws: Workspace
+) -> None:
+    """120 files of one JSON load, one row each of one key, all with the same watermark: the
+    last file by name wins (seed 001: on a tie the later row wins). Spark reads ~32 small files
+    to a partition and the sink then coalesces the records into as many partitions as cores
+    (``jsonfiles._few_partitions``): the files' order must not depend on where they were read."""
+    ws.dataset("seed", SEED)
+    for n in range(120):
+        write(ws, "many", "JSON", row("o-1", 100, f"file {n:03d}"), name=f"part-{n:03d}")
+    write(ws, "many", "JSON", row("o-2", 100, "first"), row("o-2", 100, "second"), name="part-z")
+    ws.requests(request("t-many", upsert("./data/many"), dataset="seed"))
+    job = ws.run_once(spark)
+    result = outcome(spark, ws, "t-many")
+    assert result.status is Status.COMMITTED, result.error
+    rows = current(job.layout.object_table("seed", "seed.Order").current)
+    # Every row of a tie applies in turn: o-1 changed 120 times, o-2 twice.
+    assert rows == {"o-1": (120, 100, "file 119"), "o-2": (2, 100, "second")}
+    assert counts(result) == {"inserted": 2, "updated": 120}
