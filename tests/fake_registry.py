@@ -74,13 +74,16 @@ class Registry:
 def _handler(registry: Registry) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, status: int, body: Any) -> None:
+            # Recorded before the answer is sent: once the client has its answer, a test that
+            # reads ``calls`` must find the call (appended after the write, it raced the test's
+            # read, and a GET the client had made was missing: a CI failure of test_avro).
+            registry.calls.append((self.command, self.path, status))
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", CONTENT_TYPE)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
-            registry.calls.append((self.command, self.path, status))
 
         def _route(self) -> None:
             if not registry.authorized(self.headers):
