@@ -86,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         help="Latency: seconds of publishing (60; quick: 20)",
     )
     parser.add_argument(
+        "--latency-warm-seconds",
+        type=float,
+        help="Latency: seconds of the same stream published before, untimed (20; quick: 15)",
+    )
+    parser.add_argument(
         "--latency-drain",
         type=float,
         help="Latency: seconds after the last publish during which new batches may start "
@@ -170,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     latency = {
         "latency_rate": args.latency_rate,
         "latency_seconds": args.latency_seconds,
+        "latency_warm_seconds": args.latency_warm_seconds,
         "latency_drain": args.latency_drain,
         "latency_trigger": args.latency_trigger,
         "latency_max_per_batch": args.latency_max_per_batch,

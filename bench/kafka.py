@@ -308,13 +308,22 @@ def latency_stats(exact: Sequence[float], censored: Sequence[float]) -> dict[str
     return stats
 
 
+def _latency_stream(
+    sizes: Sizes,
+) -> tuple[list[data.SmallTx], data.SmallTx, list[data.SmallTx], list[data.SmallTx]]:
+    """Latency's transactions (the same for every contender): all of them, the one that warms
+    the query up, those published steadily before the measured ones (untimed), the measured."""
+    count = max(1, round(sizes.latency_rate * sizes.latency_seconds))
+    steady = round(sizes.latency_rate * sizes.latency_warm_seconds)
+    txs = data.w1_transactions(1 + steady + count, sizes.w1_table_rows)
+    return txs, txs[0], txs[1 : 1 + steady], txs[1 + steady :]
+
+
 def latency(
     spark: SparkSession, sizes: Sizes, base: Path, broker: LocalKafkaBroker
 ) -> dict[str, Any]:
     """Steady-rate publishing while the job runs continuously; see the module docstring."""
-    count = max(1, round(sizes.latency_rate * sizes.latency_seconds))
-    txs = data.w1_transactions(count + 1, sizes.w1_table_rows)
-    warm, measured = txs[0], txs[1:]
+    txs, warm, steady, measured = _latency_stream(sizes)
     per_batch = sizes.latency_max_per_batch or sizes.w1_lines_per_file * sizes.w1_files_per_trigger
     trigger = sizes.latency_trigger
     ws, job = _workspace(
@@ -338,10 +347,10 @@ def latency(
         say(
             f"Latency: warm-up outcome after "
             f"{events.times[warm.transaction_id] - published[warm.transaction_id]:.1f}s; "
-            f"publishing {len(measured):,} transactions at {sizes.latency_rate:g} tx/s "
-            f"for {sizes.latency_seconds:g}s"
+            f"publishing {len(steady):,} untimed, then {len(measured):,} measured transactions "
+            f"at {sizes.latency_rate:g} tx/s"
         )
-        last_publish = publisher.steady(measured, sizes.latency_rate, "Latency")
+        last_publish = publisher.steady([*steady, *measured], sizes.latency_rate, "Latency")
         wanted = {tx.transaction_id for tx in measured}
         say(
             f"Latency: published; waiting up to {sizes.latency_drain:g}s for the outcomes "
@@ -389,6 +398,7 @@ def latency(
         "rate": sizes.latency_rate,
         "achieved_rate": round(achieved, 2),
         "publish_seconds": sizes.latency_seconds,
+        "warm_seconds": sizes.latency_warm_seconds,
         "drain_seconds": sizes.latency_drain,
         "stopped_after_last_publish": round(stopped_at - last_publish, 1),
         "trigger": trigger,
@@ -413,9 +423,7 @@ def latency_plain(
     transactions (and warm-up) published at the same rate to a topic of its own, read with the
     same trigger and cap per batch, applied to its own copy of the same seeded tables. Per
     transaction: its request record's timestamp → the end of the MERGEs of its micro-batch."""
-    count = max(1, round(sizes.latency_rate * sizes.latency_seconds))
-    txs = data.w1_transactions(count + 1, sizes.w1_table_rows)
-    warm, measured = txs[0], txs[1:]
+    txs, warm, steady, measured = _latency_stream(sizes)
     per_batch = sizes.latency_max_per_batch or sizes.w1_lines_per_file * sizes.w1_files_per_trigger
     trigger = sizes.latency_trigger
     ws, job = _workspace(spark, sizes, base, "latency-plain", broker, txs, per_batch)
@@ -441,8 +449,11 @@ def latency_plain(
                 f"Latency plain: the warm-up transaction was not applied {_why(query)}"
             )
         warm_batch = max(b.batch_id for b in sink.batches)
-        say(f"Latency plain: publishing {len(measured):,} at {sizes.latency_rate:g} tx/s")
-        last_publish = publisher.steady(measured, sizes.latency_rate, "Latency plain")
+        say(
+            f"Latency plain: publishing {len(steady):,} untimed, then {len(measured):,} measured "
+            f"at {sizes.latency_rate:g} tx/s"
+        )
+        last_publish = publisher.steady([*steady, *measured], sizes.latency_rate, "Latency plain")
         wanted = {tx.transaction_id for tx in measured}
         _wait_plain(sink, done, wanted, last_publish + sizes.latency_drain, query)
         sink.close()
@@ -466,7 +477,7 @@ def latency_plain(
             "seconds": round(b.finished - b.started, 3),
         }
         for b in sink.batches
-        if b.batch_id > warm_batch
+        if b.batch_id > warm_batch and not wanted.isdisjoint(b.transaction_ids)
     ]
     say(
         f"Latency plain: {len(exact)} of {len(wanted)} measured; p50 {_fmt(stats['p50'])}, "
@@ -507,9 +518,9 @@ def _batches(
     done: Sequence[str],
     warm_batch: int,
 ) -> list[dict[str, Any]]:
-    """The measured part's micro-batches from Spark's progress (trigger start, duration) and
-    the sink's log (seconds in ``process``; absent for batches skipped after the gate closed),
-    with the latencies of their transactions."""
+    """The micro-batches of the measured transactions, from Spark's progress (trigger start,
+    duration) and the sink's log (seconds in ``process``; absent for batches skipped after the
+    gate closed), with the latencies of their transactions."""
     sink = {int(str(e["batchId"])): e for e in job.sink.history}
     latencies: dict[int, list[float]] = {}
     for t in done:
@@ -520,8 +531,10 @@ def _batches(
         batch = int(entry["batchId"])
         if batch <= warm_batch or not entry.get("numInputRows"):
             continue
-        started = datetime.fromisoformat(entry["timestamp"]).timestamp()
         mine = latencies.get(batch, [])
+        if not mine:  # the untimed steady warm-up's batches
+            continue
+        started = datetime.fromisoformat(entry["timestamp"]).timestamp()
         out.append(
             {
                 "batchId": batch,

@@ -659,6 +659,11 @@ def render(results: dict[str, Any]) -> str:
             f"Latency: {r['published']:,} transactions of 1-5 rows published at {r['rate']:g} tx/s "
             f"for {r['publish_seconds']:g}s (achieved {r['achieved_rate']:.1f} tx/s) while ours "
             f"runs, trigger {r['trigger']}, <= {r['per_batch']} per batch"
+            + (
+                f", after {r['warm_seconds']:g}s of the same stream untimed (each contender)"
+                if r.get("warm_seconds")
+                else ""
+            )
         )
         lines.append(
             f"Latency  ours (kafka), publish → outcome: p50 {_latency(lat['p50'])}, "
