@@ -12,7 +12,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from connectors.avro import AvroRequestDecoder, codec_for
 from connectors.kafka_check import check_kafka
-from connectors.kafka_io import outcome_publisher
+from connectors.kafka_io import OutcomePublisher, outcome_publisher
 from connectors.sources import RAW_COLUMNS, dms_files, kafka_requests, landing_requests
 from streaming.catalog import Dataset, load_dataset
 from streaming.config import AppConfig
@@ -159,7 +159,10 @@ class Job:
             self._stop_listening(query)
 
     def _stop_listening(self, query: StreamingQuery) -> None:
-        """Detach the listener once it has seen the query end (so it logged every batch)."""
+        """Detach the listener once it has seen the query end (so it logged every batch), and
+        let the outcome producer go."""
         if not query.isActive:
             self.listener.terminated.wait(timeout=10)
         self.spark.streams.removeListener(self.listener)
+        if isinstance(self.sink.publish, OutcomePublisher):
+            self.sink.publish.close()
