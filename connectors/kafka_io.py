@@ -74,7 +74,8 @@ class OutcomePublisher:
     batch sends again). Each batch's events are acknowledged (acks=all) before the batch ends.
 
     One idempotent producer serves batch after batch: a producer per batch paid its connection
-    and producer-id handshake every time, ~0.3 s at the end of each batch over Kafka. When a
+    and producer-id handshake every time (500 events to a local broker: 0.51 s, 0.008 s on a
+    kept producer), at the end of each batch, in every transaction's latency. When a
     batch's events are not all acknowledged the batch fails (and is replayed) and the producer
     is dropped: the next batch starts a new one, as every batch did before."""
 
