@@ -21,7 +21,7 @@ from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -599,23 +599,7 @@ def check_loads(
         if load.schema.is_object
         and (not _many_changes_per_key(load) or per_table[load.writes] == 1)
     )
-    ordinal = F.shiftright(F.col("__seq").cast("long"), SEQ_SHIFT)
-    counted_id = F.when(_ordinal_in(ordinal, distinct), F.col("id"))
-    stats = (
-        union.groupBy(ordinal.alias("ordinal"))
-        .agg(
-            F.sum(F.col("__corrupt").cast("int")).alias("corrupt"),
-            F.sum(F.col("id").isNull().cast("int")).alias("no_id"),
-            *(
-                [(F.count(counted_id) - F.count_distinct(counted_id)).alias("dup_ids")]
-                if distinct
-                else [F.lit(None).cast("long").alias("dup_ids")]
-            ),
-            F.sum((F.size("__bad_cols") > 0).cast("int")).alias("bad_rows"),
-            F.count(F.lit(1)).alias("rows"),
-        )
-        .collect()
-    )
+    stats = _check_stats(union, distinct)
     errors: dict[int, RejectedError] = {}
     mistyped: list[int] = []
     for row in stats:
@@ -645,6 +629,34 @@ def check_loads(
             code="TYPE_MISMATCH",
         )
     return errors
+
+
+def _check_stats(union: DataFrame, distinct: Sequence[int]) -> list[Row]:
+    """Per load ordinal: corrupt records, rows without id, repeated ids (``distinct``'s loads
+    only, else NULL), rows with mistyped values, rows. Grouped by (ordinal, id) first, then by
+    ordinal: Spark would plan ``count - count_distinct`` beside the other sums by expanding
+    every row into two (``RewriteDistinctAggregates``)."""
+    ordinal = F.shiftright(F.col("__seq").cast("long"), SEQ_SHIFT)
+    counted_id = F.when(_ordinal_in(ordinal, distinct), F.col("id"))
+    per_id = union.groupBy(ordinal.alias("ordinal"), counted_id.alias("counted")).agg(
+        F.sum(F.col("__corrupt").cast("int")).alias("corrupt"),
+        F.sum(F.col("id").isNull().cast("int")).alias("no_id"),
+        F.sum((F.size("__bad_cols") > 0).cast("int")).alias("bad_rows"),
+        F.count(F.lit(1)).alias("rows"),
+    )
+    return per_id.groupBy("ordinal").agg(
+        F.sum("corrupt").alias("corrupt"),
+        F.sum("no_id").alias("no_id"),
+        (
+            F.coalesce(
+                F.sum(F.when(F.col("counted").isNotNull(), F.col("rows") - 1)), F.lit(0)
+            ).alias("dup_ids")
+            if distinct
+            else F.lit(None).cast("long").alias("dup_ids")
+        ),
+        F.sum("bad_rows").alias("bad_rows"),
+        F.sum("rows").alias("rows"),
+    ).collect()
 
 
 def _where(load: Load) -> str:

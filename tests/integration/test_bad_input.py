@@ -259,6 +259,7 @@ KINDS: list[Kind] = [
         _json_lines({"id": "c1", "name": "Ok"}, '{"id": "c2", "na'),
     ),
     _bad_data("null-id", "MISSING_ID", _json_lines({"id": "m1"}, {"id": None, "name": "Anon"})),
+    _bad_data("every-id-null", "MISSING_ID", _json_lines({"id": None, "name": "Anon"})),
     _bad_data("duplicate-id", "DUPLICATE_ID", _json_lines({"id": "d1"}, {"id": "d1"})),
     _bad_data("text-in-integer", "TYPE_MISMATCH", _json_lines({"id": "t1", "age": "old"})),
     _bad_data("object-in-integer", "TYPE_MISMATCH", _json_lines({"id": "t2", "age": {"y": 3}})),
