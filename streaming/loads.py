@@ -644,19 +644,23 @@ def _check_stats(union: DataFrame, distinct: Sequence[int]) -> list[Row]:
         F.sum((F.size("__bad_cols") > 0).cast("int")).alias("bad_rows"),
         F.count(F.lit(1)).alias("rows"),
     )
-    return per_id.groupBy("ordinal").agg(
-        F.sum("corrupt").alias("corrupt"),
-        F.sum("no_id").alias("no_id"),
-        (
-            F.coalesce(
-                F.sum(F.when(F.col("counted").isNotNull(), F.col("rows") - 1)), F.lit(0)
-            ).alias("dup_ids")
-            if distinct
-            else F.lit(None).cast("long").alias("dup_ids")
-        ),
-        F.sum("bad_rows").alias("bad_rows"),
-        F.sum("rows").alias("rows"),
-    ).collect()
+    return (
+        per_id.groupBy("ordinal")
+        .agg(
+            F.sum("corrupt").alias("corrupt"),
+            F.sum("no_id").alias("no_id"),
+            (
+                F.coalesce(
+                    F.sum(F.when(F.col("counted").isNotNull(), F.col("rows") - 1)), F.lit(0)
+                ).alias("dup_ids")
+                if distinct
+                else F.lit(None).cast("long").alias("dup_ids")
+            ),
+            F.sum("bad_rows").alias("bad_rows"),
+            F.sum("rows").alias("rows"),
+        )
+        .collect()
+    )
 
 
 def _where(load: Load) -> str:
