@@ -50,6 +50,7 @@ from streaming.core.fold import ChangeKind
 from streaming.errors import RejectedError
 from streaming.plan import Files, Load
 from streaming.requests import DataFormat, Operation
+from streaming.reuse import built_once
 
 BATCHED_KINDS = (ChangeKind.UPSERT, ChangeKind.PATCH, ChangeKind.DELETE, ChangeKind.INSERT_IGNORE)
 _FILE = "__file"
@@ -255,24 +256,14 @@ def _changes(
     return text.join(F.broadcast(table), _FILE).select("*", *parse).select(*columns)
 
 
-_COLUMNS: dict[tuple[int, str], tuple[list[Column], list[Column]]] = {}
-"""``_change_columns``' expressions per (JVM, schema)."""
-_COLUMNS_MAX = 256
-
-
 def _change_columns(spark: SparkSession, schema: SchemaDef) -> tuple[list[Column], list[Column]]:
     """The expressions that parse a joined record (``m``, ``__repeated``) and make it a change
     row of ``schema``. They depend on the schema only, and building them is a few hundred py4j
-    calls (~0.25 s a table per batch, measured), so they are built once per schema and JVM:
-    a ``Column`` is an unresolved expression, reusable by every frame that has its inputs."""
-    key = (id(spark.sparkContext._gateway), schema.model_dump_json())
-    found = _COLUMNS.get(key)
-    if found is None:
-        found = _build_change_columns(schema)
-        if len(_COLUMNS) >= _COLUMNS_MAX:
-            _COLUMNS.clear()
-        _COLUMNS[key] = found
-    return found
+    calls (~0.25 s a table per batch, measured): built once per schema and JVM
+    (``streaming.reuse``)."""
+    return built_once(
+        spark, ("change columns", schema.model_dump_json()), lambda: _build_change_columns(schema)
+    )
 
 
 def _build_change_columns(schema: SchemaDef) -> tuple[list[Column], list[Column]]:

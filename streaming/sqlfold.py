@@ -23,6 +23,7 @@ Known differences and limits:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 from pyspark.sql import Column, DataFrame
@@ -41,6 +42,7 @@ from pyspark.sql.types import (
 )
 
 from streaming.core.fold import AGGREGATE, MISSING, ChangeKind
+from streaming.reuse import built_once
 
 
 def has_map(dtype: DataType) -> bool:
@@ -86,6 +88,54 @@ def fold_rows(
     ``current`` / ``tombstones`` None: that table holds no rows (a first load), nothing to
     join. ``unique``: no key has two changes, so none are grouped (no shuffle): each change is
     a sequence of one."""
+    mark_type = StructType([data[c] for c in watermark]) if watermark else None
+    exprs = built_once(
+        changes.sparkSession,
+        ("sql fold", data.json(), watermark, out.json(), unique),
+        lambda: _fold_expressions(data, watermark, out, unique=unique),
+    )
+    if unique:
+        keyed = changes.select("id", exprs.changes.alias("__changes"))
+    else:
+        keyed = changes.groupBy("id").agg(exprs.changes.alias("__changes"))
+    if current is None:
+        keyed = keyed.select(
+            "*",
+            _none(LongType()).alias("s_version"),
+            _none(TimestampType()).alias("s_created"),
+            _none(TimestampType()).alias("s_updated"),
+            _none(data).alias("s_data"),
+        )
+    else:
+        keyed = keyed.join(current, "id", "left")
+    if tombstones is None:
+        keyed = keyed.select(
+            "*",
+            _none(LongType()).alias("t_version"),
+            *([_none(mark_type).alias("t_mark")] if mark_type else []),
+        )
+    else:
+        keyed = keyed.join(tombstones, "id", "left")
+    keyed = keyed.select("*", F.lit(at).cast("timestamp").alias("__at"))
+    folded = keyed.select("id", exprs.fold.alias("f"))
+    return folded.select(F.inline(exprs.rows))
+
+
+@dataclass(frozen=True)
+class _FoldExpressions:
+    """``fold_rows``' expressions, which depend on the schema only (``streaming.reuse``):
+    ``changes`` makes a key's changes an array sorted by ``__seq`` (an aggregate, or with
+    ``unique`` the one change's array), ``fold`` folds it over the stored state from the joined
+    columns (the commit time comes from ``__at``), ``rows`` makes the result output rows."""
+
+    changes: Column
+    fold: Column
+    rows: Column
+
+
+def _fold_expressions(
+    data: StructType, watermark: tuple[str, ...], out: StructType, *, unique: bool
+) -> _FoldExpressions:
     props = [f.name for f in data.fields]
     mark_type = StructType([data[c] for c in watermark]) if watermark else None
     entry_type = StructType(
@@ -113,7 +163,7 @@ def fold_rows(
             StructField("effects", ArrayType(effect_type)),
         ]
     )
-    now = F.lit(at).cast("timestamp")
+    now = F.col("__at")
 
     def mark_of(row: Column) -> Column:
         assert mark_type is not None
@@ -132,34 +182,12 @@ def fold_rows(
         F.col("data"),
     )
     if unique:
-        keyed = changes.select("id", F.array(change).alias("__changes"))
+        changes = F.array(change)
     else:
-        keyed = changes.groupBy("id").agg(
-            F.array_sort(
-                F.collect_list(change),
-                lambda x, y: (
-                    F.when(x["seq"] < y["seq"], -1).when(x["seq"] > y["seq"], 1).otherwise(0)
-                ),
-            ).alias("__changes")
+        changes = F.array_sort(
+            F.collect_list(change),
+            lambda x, y: F.when(x["seq"] < y["seq"], -1).when(x["seq"] > y["seq"], 1).otherwise(0),
         )
-    if current is None:
-        keyed = keyed.select(
-            "*",
-            _none(LongType()).alias("s_version"),
-            _none(TimestampType()).alias("s_created"),
-            _none(TimestampType()).alias("s_updated"),
-            _none(data).alias("s_data"),
-        )
-    else:
-        keyed = keyed.join(current, "id", "left")
-    if tombstones is None:
-        keyed = keyed.select(
-            "*",
-            _none(LongType()).alias("t_version"),
-            *([_none(mark_type).alias("t_mark")] if mark_type else []),
-        )
-    else:
-        keyed = keyed.join(tombstones, "id", "left")
     live = F.col("s_version").isNotNull()
     start = F.struct(
         live.alias("live"),
@@ -303,8 +331,9 @@ def fold_rows(
             lambda new: _let(effect(acc, c, new), lambda eff: step(acc, c, new, eff)),
         )
 
-    folded = keyed.select("id", F.aggregate("__changes", start, merge).alias("f"))
-    return folded.select(F.inline(_rows(out, mark_type is not None)))
+    return _FoldExpressions(
+        changes, F.aggregate("__changes", start, merge), _rows(out, mark_type is not None)
+    )
 
 
 def first_rows(
