@@ -632,10 +632,11 @@ def check_loads(
 
 
 def _check_stats(union: DataFrame, distinct: Sequence[int]) -> list[Row]:
-    """Per load ordinal: corrupt records, rows without id, repeated ids (``distinct``'s loads
-    only, else NULL), rows with mistyped values, rows. Grouped by (ordinal, id) first, then by
-    ordinal: Spark would plan ``count - count_distinct`` beside the other sums by expanding
-    every row into two (``RewriteDistinctAggregates``)."""
+    """Per load ordinal: corrupt records, rows without id, repeated ids (counted for
+    ``distinct``'s loads; 0 for the others, NULL when ``distinct`` is empty), rows with
+    mistyped values, rows. Grouped by (ordinal, id) first, then by ordinal: Spark would plan
+    ``count - count_distinct`` beside the other sums by expanding every row into two
+    (``RewriteDistinctAggregates``)."""
     ordinal = F.shiftright(F.col("__seq").cast("long"), SEQ_SHIFT)
     counted_id = F.when(_ordinal_in(ordinal, distinct), F.col("id"))
     per_id = union.groupBy(ordinal.alias("ordinal"), counted_id.alias("counted")).agg(
