@@ -36,6 +36,7 @@ watermark (a key live again is in the current table, which wins).
 
 from __future__ import annotations
 
+import logging
 import operator
 import threading
 from collections import Counter, defaultdict
@@ -75,10 +76,13 @@ from streaming.tables import (
     id_ranges,
     idempotent,
     latest_version,
+    memory_bytes,
     one_of,
     read_table,
 )
 from streaming.tombstones import DeletedKeys, later
+
+log = logging.getLogger(__name__)
 
 SEQ_SHIFT = 32
 """``__seq >> SEQ_SHIFT`` is the action ordinal of a change (its position in the batch)."""
@@ -96,6 +100,7 @@ def _fold_schema(data: StructType, mark: StructType | None) -> StructType:
         StructField("__tx", StringType()),
         StructField("__seq", LongType()),
         StructField("__effect", StringType()),
+        StructField("__stored", BooleanType()),
         StructField("data", data),
     ]
     return StructType([*fields, StructField("__mark", mark)] if mark else fields)
@@ -138,7 +143,8 @@ class _Folder:
             created=row["__created"],
         )
 
-    def output_rows(self, key: str, folded: Folded) -> Iterator[dict[str, Any]]:
+    def output_rows(self, key: str, stored: Stored, folded: Folded) -> Iterator[dict[str, Any]]:
+        """The fold's rows of one key (``_fold_schema``); ``stored``: its state before."""
         for seq, effect in folded.effects:
             yield {"__row_kind": "effect", "id": key, "__seq": seq, "__effect": effect}
         if not folded.changed:
@@ -151,6 +157,7 @@ class _Folder:
             "created": final.created,
             "updated": final.updated,
             "__deleted": not final.live,
+            "__stored": stored.live,
             "data": dict(final.data) if final.data is not None else None,
         }
         if self.watermark and final.watermark is not None:
@@ -179,8 +186,9 @@ class _Folder:
 
             def flush() -> None:
                 if key is not None and group:
-                    folded = fold(self.stored(group[0]), [self.change(r) for r in group])
-                    rows_out.extend(self.output_rows(key, folded))
+                    stored = self.stored(group[0])
+                    folded = fold(stored, [self.change(r) for r in group])
+                    rows_out.extend(self.output_rows(key, stored, folded))
 
             for batch in batches:
                 for row in batch.to_pylist():
@@ -217,6 +225,10 @@ KEY_PUSHDOWN_MAX = 2_000
 """Up to this many keys are pushed into the stored-rows read and the MERGE condition
 (``id IN (...)``) for Delta's file skipping; more would make the condition itself the cost."""
 
+MERGE_BROADCAST_MAX_BYTES = 64 << 20
+"""The large path broadcasts its MERGE source (the held keys' new rows) up to about this many
+bytes in memory, so the MERGE does not shuffle the table's rows (``_write_current``)."""
+
 _LARGE_PATH = threading.Lock()
 """The large path writes through the session its changes come from (the query's), whose
 idempotency keys are session conf: one table at a time."""
@@ -230,13 +242,16 @@ def apply_to_object_table(
     paths: ObjectTable,
     before: Mapping[str, int],
     commit: BatchCommit,
+    inserts: BatchCommit,
     partitions: int,
     count: int | None = None,
     unique: bool = False,
     deleted: DeletedKeys | None = None,
 ) -> TableResult:
     """Fold the batch's changes into one object schema's tables, each read as of its version
-    ``before`` this batch (the same state again when the batch is replayed). ``count``: the
+    ``before`` this batch (the same state again when the batch is replayed). ``commit``: the
+    step of the MERGE and the tombstones (and later the history), ``inserts``: the step of the
+    append of new keys to the current table (``_write_current``). ``count``: the
     number of changes if known (the check job counts them), else they are counted here;
     ``unique``: the check job found no key with two changes.
     ``deleted``: the tombstones the sink holds on the driver (``streaming.tombstones``).
@@ -250,13 +265,20 @@ def apply_to_object_table(
     elif count <= DRIVER_FOLD_MAX_ROWS:
         rows = changes.collect()
     if rows is not None:
-        result = _apply_small(spark, rows, schema, paths, before, commit, deleted)
+        result = _apply_small(spark, rows, schema, paths, before, (commit, inserts), deleted)
     else:
         if deleted is not None:
             deleted.forget(paths.tombstones)
         with _LARGE_PATH:
             result = _apply_large(
-                changes, schema, paths, before, commit, partitions, count=count, unique=unique
+                changes,
+                schema,
+                paths,
+                before,
+                (commit, inserts),
+                partitions,
+                count=count,
+                unique=unique,
             )
     crash_point("between_commits")
     return result
@@ -276,9 +298,10 @@ def _apply_small(
     schema: SchemaDef,
     paths: ObjectTable,
     before: Mapping[str, int],
-    commit: BatchCommit,
+    commits: tuple[BatchCommit, BatchCommit],
     deleted: DeletedKeys | None,
 ) -> TableResult:
+    commit = commits[0]
     data_schema = schema.spark_schema()
     props = [f.name for f in data_schema.fields]
     watermark = tuple(schema.watermark)
@@ -292,8 +315,9 @@ def _apply_small(
     stored = _stored_rows(spark, paths, before, keys, props, mark, deleted, within)
     out: list[dict[str, Any]] = []
     for key, group in by_key.items():
-        folded = fold(folder.stored(stored.get(key, _NOTHING)), [folder.change(r) for r in group])
-        out.extend(folder.output_rows(key, folded))
+        before_batch = folder.stored(stored.get(key, _NOTHING))
+        folded = fold(before_batch, [folder.change(r) for r in group])
+        out.extend(folder.output_rows(key, before_batch, folded))
     counts: Counter[tuple[int, Effect]] = Counter(
         (int(r["__seq"]) >> SEQ_SHIFT, r["__effect"]) for r in out if r["__row_kind"] == "effect"
     )
@@ -303,9 +327,17 @@ def _apply_small(
         out_schema = _fold_schema(data_schema, mark)
         written = _writes(counts)
         if written:  # else only tombstones' watermarks moved: the current table stays as it is
-            source = spark.createDataFrame(state, out_schema)
-            changed = sorted({r["id"] for r in state})
-            _merge(source, props, paths, commit, keys=changed, within=within)
+            _write_current(
+                spark.createDataFrame(state, out_schema),
+                props,
+                paths,
+                commits,
+                held=any(r["__stored"] for r in state),
+                new=any(not r["__stored"] and not r["__deleted"] for r in state),
+                keys=sorted({r["id"] for r in state}),
+                within=within,
+                split=False,
+            )
         gone = [r for r in state if r["__deleted"]]
         if gone:
             _append_tombstones(spark.createDataFrame(gone, out_schema), paths, commit, mark)
@@ -451,12 +483,13 @@ def _apply_large(
     schema: SchemaDef,
     paths: ObjectTable,
     before: Mapping[str, int],
-    commit: BatchCommit,
+    commits: tuple[BatchCommit, BatchCommit],
     partitions: int,
     *,
     count: int | None,
     unique: bool,
 ) -> TableResult:
+    commit = commits[0]
     spark = changes.sparkSession
     data_schema = schema.spark_schema()
     props = [f.name for f in data_schema.fields]
@@ -466,7 +499,7 @@ def _apply_large(
     first_load = holds_no_rows(spark, paths.current, before[paths.current])
     no_tombstones = holds_no_rows(spark, paths.tombstones, before[paths.tombstones])
     if first_load and no_tombstones and unique:
-        return _apply_first_load(changes, data_schema, watermark, paths, commit)
+        return _apply_first_load(changes, data_schema, watermark, paths, commits)
     within = None if first_load else _spans(spark, paths, before, changes=changes)
     current = _within(read_table(spark, paths.current, before[paths.current]), within)
     current = current.select(
@@ -521,30 +554,52 @@ def _apply_large(
     hashed = rows.withColumn("hash", F.when(F.col("__row_kind") != "effect", _hash(rows)))
     folded = hashed.localCheckpoint(eager=True)
     counts: dict[tuple[int, Effect], int] = {}
-    deletes = 0
+    deletes = held = new = wide = 0
     for r in (
-        folded.where("__row_kind IN ('effect', 'state')")
-        .groupBy(
-            "__row_kind", F.shiftright("__seq", SEQ_SHIFT).alias("ordinal"), "__effect", "__deleted"
+        folded.groupBy(
+            "__row_kind",
+            F.shiftright("__seq", SEQ_SHIFT).alias("ordinal"),
+            "__effect",
+            "__deleted",
+            "__stored",
         )
         .agg(F.count("*").alias("n"))
         .collect()
     ):
+        n = int(r["n"])
         if r["__row_kind"] == "effect":
-            counts[(int(r["ordinal"]), r["__effect"])] = int(r["n"])
-        elif r["__deleted"]:
-            deletes += int(r["n"])
+            counts[(int(r["ordinal"]), r["__effect"])] = n
+            continue
+        wide += n
+        if r["__row_kind"] == "state":
+            deletes += n if r["__deleted"] else 0
+            held += n if r["__stored"] else 0
+            new += n if not (r["__stored"] or r["__deleted"]) else 0
     history = None
     state = folded.where("__row_kind = 'state'")
     if _writes(counts):
-        if first_load:  # what the MERGE would do (every key is new), without its join
-            append(
-                _current_rows(_with_hash(state.where("NOT __deleted"), props), props),
-                paths.current,
-                commit,
-            )
-        else:
-            _merge(state, props, paths, commit, keys=None, within=within)
+        size = memory_bytes(folded)
+        # the held keys' rows, estimated as their share of the wide (state, history) rows
+        broadcast = size is not None and size * held <= MERGE_BROADCAST_MAX_BYTES * wide
+        log.debug(
+            "%s: %d held keys merged (source broadcast: %s; the fold holds %s bytes), %d new",
+            paths.current,
+            held,
+            broadcast,
+            size,
+            new,
+        )
+        _write_current(
+            state,
+            props,
+            paths,
+            commits,
+            held=held > 0,
+            new=new > 0,
+            within=within,
+            split=True,
+            broadcast=broadcast,
+        )
         history = _history_rows(folded.where("__row_kind = 'history'"), props)
     if deletes:  # also a tombstone whose watermark moved (``core.fold``: a skipped delete)
         _append_tombstones(state.where("__deleted"), paths, commit, mark)
@@ -556,7 +611,7 @@ def _apply_first_load(
     data_schema: StructType,
     watermark: tuple[str, ...],
     paths: ObjectTable,
-    commit: BatchCommit,
+    commits: tuple[BatchCommit, BatchCommit],
 ) -> TableResult:
     """A first load of unique keys (no stored rows, no tombstones, one change per key): each
     change's row is a projection (``sqlfold.first_rows``), hashed once and materialised once,
@@ -566,7 +621,7 @@ def _apply_first_load(
     spark = changes.sparkSession
     props = [f.name for f in data_schema.fields]
     mark = StructType([data_schema[c] for c in watermark]) if watermark else None
-    rows = first_rows(changes, data=data_schema, watermark=watermark, at=commit.at)
+    rows = first_rows(changes, data=data_schema, watermark=watermark, at=commits[0].at)
     # Materialised once: the counts and both appends read it, the hash is computed once.
     folded = _with_hash(rows, props, keep=("__seq", "__effect")).localCheckpoint(eager=True)
     counts: dict[tuple[int, Effect], int] = defaultdict(int)
@@ -581,10 +636,10 @@ def _apply_first_load(
     history = None
     if _writes(counts):
         inserted = folded.where("__effect = 'inserted'")
-        append(_current_rows(inserted, props), paths.current, commit)
+        append(_current_rows(inserted, props), paths.current, commits[1])
         history = _history_of(inserted, props)
     if deletes:
-        _append_tombstones(folded.where("__deleted"), paths, commit, mark)
+        _append_tombstones(folded.where("__deleted"), paths, commits[0], mark)
     return TableResult(dict(counts), latest_version(spark, paths.current), history)
 
 
@@ -631,21 +686,65 @@ def _in_key_order(value: Column, dtype: DataType) -> Column:
     return F.when(value.isNull(), F.lit(None).cast(dtype)).otherwise(F.struct(*fields))
 
 
+def _write_current(
+    state: DataFrame,
+    props: list[str],
+    paths: ObjectTable,
+    commits: tuple[BatchCommit, BatchCommit],
+    *,
+    held: bool,
+    new: bool,
+    within: list[Span] | None,
+    split: bool,
+    keys: list[str] | None = None,
+    broadcast: bool = False,
+) -> None:
+    """Write the keys' new rows (``state``) to the current table. ``held``: whether a key it
+    held before the batch (``__stored``) is updated or deleted; ``new``: whether a new key is
+    inserted; ``keys``: every key of ``state``, for the MERGE condition (see ``_merge``).
+
+    New keys need no join with the table: the fold knows they are not in it (it read the
+    stored rows of every key; the sink is the table's only writer of rows), so a batch without
+    held keys only appends them (at ``commits[1]``'s step). A MERGE with an insert clause makes
+    Delta join its source with the rows of every file it rewrites by a full outer join, which
+    shuffles all those rows; a MERGE without one uses a right outer join, whose source side
+    Spark broadcasts (``broadcast``: the caller knows the source is small), and the table's
+    rows stay where they are. So with ``split`` (a large batch) held keys go by a MERGE
+    without an insert clause (at ``commits[0]``'s step) and new ones by an append: two
+    commits. Without it (a small batch: the shuffle is of the few files its keys are in and
+    costs about what a second commit or a broadcast job does, measured) a batch with held keys
+    makes one MERGE with an insert clause, as a first load makes one append."""
+    if held and not split:
+        _merge(state, props, paths, commits[0], keys, within, broadcast=False, insert=True)
+        return
+    if held:
+        source = state.where("__stored")
+        _merge(source, props, paths, commits[0], keys, within, broadcast=broadcast, insert=False)
+    if new:
+        rows = _with_hash(state.where("NOT __stored AND NOT __deleted"), props)
+        append(_current_rows(rows, props), paths.current, commits[1])
+
+
 def _merge(
     state: DataFrame,
     props: list[str],
     paths: ObjectTable,
     commit: BatchCommit,
-    *,
     keys: list[str] | None,
     within: list[Span] | None,
+    *,
+    broadcast: bool,
+    insert: bool,
 ) -> None:
-    """One MERGE of the keys' new rows into the current table (a deleted key's row goes).
-    ``keys``: the source's ids, pushed into the condition for Delta's file skipping (up to
-    ``KEY_PUSHDOWN_MAX``); ``within``: the id spans that hold every stored row of the source's
-    keys, pushed in the same way."""
+    """One MERGE of the keys' new rows into the current table: a deleted key's row goes, the
+    others are updated, and — ``insert`` — the new ones inserted. ``keys``: the ids it matches,
+    pushed into the condition for Delta's file skipping (up to ``KEY_PUSHDOWN_MAX``);
+    ``within``: the id spans that hold every stored row of the source's keys, pushed in the
+    same way; ``broadcast``: hint Spark to broadcast the source."""
     spark = state.sparkSession
     source = _with_hash(state, props)
+    if broadcast:
+        source = F.broadcast(source)
     assignments: dict[str, str | Column] = {
         c: F.col(f"s.{c}") for c in ["version", "created", "updated", "hash", *props]
     }
@@ -657,17 +756,18 @@ def _merge(
 
     def merge_current() -> None:
         with idempotent(spark, paths.current, commit):
-            (
+            merge = (
                 DeltaTable.forPath(spark, paths.current)
                 .alias("t")
                 .merge(source.alias("s"), condition)
                 .whenMatchedDelete(condition="s.__deleted")
                 .whenMatchedUpdate(set=assignments)
-                .whenNotMatchedInsert(
+            )
+            if insert:
+                merge = merge.whenNotMatchedInsert(
                     condition="NOT s.__deleted", values={"id": F.col("s.id"), **assignments}
                 )
-                .execute()
-            )
+            merge.execute()
 
     on_conflict_retry(merge_current, what=paths.current)
 

@@ -291,13 +291,15 @@ class Sink:
         by_table: dict[str, list[Load]] = defaultdict(list)
         for load in wave:
             by_table[load.writes].append(load)
-        # Object tables first, side by side: each its own step (numbered in path order, so a
-        # replay numbers them alike), folded and written in a session of its own.
+        # Object tables first, side by side: each two steps of its own (numbered in path order,
+        # so a replay numbers them alike: its MERGE, then the append of its new keys), folded
+        # and written in a session of its own.
         objects = [
             _TableWrite(
                 loads,
                 paths := self.layout.object_table(loads[0].dataset, loads[0].schema.name),
                 {p: timeline.version(p) for p in paths.restorable},
+                timeline.next_step(),
                 timeline.next_step(),
                 rows(loads),
                 count(loads),
@@ -315,6 +317,7 @@ class Sink:
                 paths=write.paths,
                 before=write.before,
                 commit=write.commit,
+                inserts=write.inserts,
                 partitions=self.shuffle_partitions,
                 count=write.count,
                 unique=write.unique,
@@ -323,7 +326,8 @@ class Sink:
 
         for write, result in zip(objects, self.sessions.map(apply, objects), strict=True):
             timeline.wrote(write.paths.tombstones, write.commit)
-            version = timeline.wrote(write.paths.current, write.commit)
+            timeline.wrote(write.paths.current, write.commit)
+            version = timeline.wrote(write.paths.current, write.inserts)
             history.append((result, write.paths, write.commit))
             _count(done, write.loads, result.counts, version)
         reader = self._reader(timeline)
@@ -467,12 +471,15 @@ class _Rejected(Exception):
 
 @dataclass(frozen=True)
 class _TableWrite:
-    """One object table's share of a wave: its loads, tables, versions before, step, rows."""
+    """One object table's share of a wave: its loads, tables, versions before, steps, rows."""
 
     loads: list[Load]
     paths: ObjectTable
     before: dict[str, int]
     commit: BatchCommit
+    """The step of its MERGE, its tombstones and (later) its history."""
+    inserts: BatchCommit
+    """The step of the append of its new keys to the current table (``apply``)."""
     changes: DataFrame
     count: int | None
     """Its number of change rows (the check job's count), None if unknown."""

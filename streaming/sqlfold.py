@@ -117,7 +117,8 @@ def fold_rows(
     else:
         keyed = keyed.join(tombstones, "id", "left")
     keyed = keyed.select("*", F.lit(at).cast("timestamp").alias("__at"))
-    folded = keyed.select("id", exprs.fold.alias("f"))
+    stored = F.col("s_version").isNotNull().alias("__stored")
+    folded = keyed.select("id", exprs.fold.alias("f"), stored)
     return folded.select(F.inline(exprs.rows))
 
 
@@ -403,8 +404,8 @@ def first_rows(
 
 def _rows(out: StructType, marked: bool) -> Column:
     """Each key's output rows as an array of ``out`` structs: its effects, then — if it
-    changed (a history entry, or its tombstone's watermark moved) — its new state and its
-    history entries."""
+    changed (a history entry, or its tombstone's watermark moved) — its new state (with
+    ``__stored``: whether the key had a live row before) and its history entries."""
     f, key = F.col("f"), F.col("id")
 
     def row(**values: Column) -> Column:
@@ -428,6 +429,7 @@ def _rows(out: StructType, marked: bool) -> Column:
         created=f["created"],
         updated=f["updated"],
         __deleted=~f["live"],
+        __stored=F.col("__stored"),
         data=f["data"],
         **({"__mark": f["mark"]} if marked else {}),
     )

@@ -409,6 +409,20 @@ def one_of(column: Column, values: Sequence[str]) -> Column:
     return JvmColumn(column._jc.isInCollection(listed))  # type: ignore[operator]  # typed abstract
 
 
+def memory_bytes(materialised: DataFrame) -> int | None:
+    """The bytes a frame materialised by ``localCheckpoint`` holds in Spark's block manager
+    (memory and disk), from Spark's storage info: no job. None when the frame is not one or
+    Spark does not say."""
+    plan = materialised._jdf.queryExecution().analyzed()
+    if plan.getClass().getSimpleName() != "LogicalRDD":
+        return None
+    rdd = plan.rdd().id()
+    for info in materialised.sparkSession.sparkContext._jsc.sc().getRDDStorageInfo():
+        if info.id() == rdd:
+            return int(info.memSize()) + int(info.diskSize())
+    return None
+
+
 def read_table(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
     reader = spark.read.format("delta")
     if version is not None:

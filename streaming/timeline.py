@@ -77,10 +77,17 @@ class Timeline:
         return BatchCommit(self.query, self.batch_id, self.at, self.step, self.replay_possible)
 
     def wrote(self, path: str, commit: BatchCommit) -> int:
-        """Record that ``commit`` wrote (or, replayed, had written) ``path``; its version now."""
-        earlier = self.commits.get(path, {}).get(commit.step)
-        self.current[path] = earlier[0] if earlier else latest_version(self.spark, path)
-        return self.current[path]
+        """Record that ``commit`` wrote (or, replayed, had written) ``path``; its version now.
+
+        A step may commit nothing (nothing to write). On a replay, a step the table has no commit
+        of while it has a later step's leaves the table where the earlier steps left it: its
+        latest version holds those later steps, which this replay has yet to reach."""
+        earlier = self.commits.get(path, {})
+        if commit.step in earlier:
+            self.current[path] = earlier[commit.step][0]
+        elif not any(step > commit.step for step in earlier):
+            self.current[path] = latest_version(self.spark, path)
+        return self.version(path)
 
     def restore(self, versions: dict[str, int]) -> None:
         """Put tables back to ``versions`` (a failed segment), and read them there from now on."""

@@ -1,6 +1,6 @@
 """A first load (issue 13): changes into a current table that holds no rows are appended, not
-merged, and give exactly what the MERGE gives — rows, versions, hashes, history, tombstones and
-outcome counts."""
+merged — each a projection when no key repeats — and give exactly what the fold gives when the
+table may hold rows — rows, versions, hashes, history, tombstones and outcome counts."""
 
 from __future__ import annotations
 
@@ -39,10 +39,11 @@ def _table(path: Path, *columns: str) -> list[tuple[Any, ...]]:
 
 
 def _load(
-    spark: SparkSession, root: Path, *files: list[dict[str, Any]], merge: bool = False
+    spark: SparkSession, root: Path, *files: list[dict[str, Any]], folded: bool = False
 ) -> dict[str, Any]:
     """DMS files into an empty table in one batch through the large path (as loads too big
-    for the driver fold), by append or — ``merge`` — as if the table held rows."""
+    for the driver fold), as a first load or — ``folded`` — as if the table held rows (its
+    stored rows are read and joined, every key folded; new keys are appended either way)."""
     folds: list[str] = []
 
     def fold_rows(*args: Any, unique: bool, **kwargs: Any) -> Any:
@@ -59,7 +60,7 @@ def _load(
         patch.setattr(loads_module, "SPREAD_MIN_ROWS", 5)
         patch.setattr(apply_module, "fold_rows", fold_rows)
         patch.setattr(apply_module, "first_rows", first_rows)
-        if merge:
+        if folded:
             patch.setattr(apply_module, "holds_no_rows", lambda *_: False)
         ws = Workspace(root)
         zone = dms_workspace(ws)
@@ -104,12 +105,13 @@ def _load(
     [UNIQUE, UNIQUE_AND_A_DELETE, REPEATED],
     ids=["unique-keys", "unique-keys-and-a-delete", "repeated-keys"],
 )
-def test_a_first_load_appends_what_the_merge_would_write(
+def test_a_first_load_appends_what_the_fold_would_write(
     spark: SparkSession, tmp_path: Path, rows: list[dict[str, Any]]
 ) -> None:
     appended = _load(spark, tmp_path / "append", rows)
-    merged = _load(spark, tmp_path / "merge", rows, merge=True)
-    assert (appended["operation"], merged["operation"]) == ("WRITE", "MERGE")
+    merged = _load(spark, tmp_path / "merge", rows, folded=True)
+    # No key was in the table: both append their rows, neither MERGEs.
+    assert appended["operation"] == merged["operation"] == "WRITE"
     # The check job counted the file's repeated ids: a file without any into an empty table
     # is a projection per row (``first_rows``), into a table with rows a fold ungrouped.
     if rows is REPEATED:

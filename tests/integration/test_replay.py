@@ -8,15 +8,16 @@ from datetime import UTC, datetime
 
 import deltalake
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
+from streaming import apply as apply_module
 from streaming import sink as sink_module
 from streaming import tables as tables_module
 from streaming import timeline as timeline_module
 from streaming.core.batch import RawRequest, split_landing_file
 from streaming.job import Job
 from streaming.outcomes import Status
-from streaming.tables import read_table
+from streaming.tables import BatchCommit, read_table
 from tests.support import Workspace, request, upsert
 
 pytestmark = pytest.mark.spark
@@ -115,6 +116,66 @@ def test_crash_before_history_is_rolled_forward_with_the_same_commit_time(
         (c["id"], c["version"], c["updated"]) for c in current
     )
     assert outcome.committed_at is not None and outcome.committed_at.year != 2030
+
+
+class _Killed(BaseException):
+    """The driver dies: not an ``Exception``, so the sink neither restores nor isolates."""
+
+
+def test_killed_between_a_tables_merge_and_its_insert_append_is_rolled_forward(
+    spark: SparkSession, ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large batch writes the keys a table held by a MERGE and its new keys by an append: two
+    commits of one table, two steps. Killed between them, the restarted job's replay skips the
+    MERGE (Delta's idempotency keys) and makes the append: the rows, versions, history and
+    counts are those of a batch that never died."""
+    raws = seed(ws)
+    job = Job.create(spark, ws.config())
+    job.sink.process(raws, batch_id=0)
+    ws.data(
+        "more/petstore/Dog/a.json",
+        {"id": "dog1", "name": "Scooby-Doo"},
+        {"id": "dog3", "name": "Lassie"},
+    )
+    body = (request("tx-2", upsert("./data/more")) + "\n").encode()
+    second = split_landing_file("file:/landing/b.jsonl", T0, body, T0)
+    paths = job.layout.object_table("petstore", "petstore.Dog")
+    monkeypatch.setattr(apply_module, "DRIVER_FOLD_MAX_ROWS", 0)  # the large path
+    append = apply_module.append
+
+    def killed_at_the_insert_append(df: DataFrame, path: str, commit: BatchCommit) -> bool:
+        if path == paths.current:
+            raise _Killed()
+        return append(df, path, commit)
+
+    monkeypatch.setattr(apply_module, "append", killed_at_the_insert_append)
+    with pytest.raises(_Killed):
+        job.sink.process(second, batch_id=1)
+    table = deltalake.DeltaTable(paths.current)
+    assert [c["operation"] for c in table.history()][:2] == ["MERGE", "WRITE"]
+    assert sorted(r["id"] for r in table.to_pyarrow_table().to_pylist()) == ["dog1", "dog2"]
+
+    monkeypatch.setattr(apply_module, "append", append)
+    restarted = Job.create(spark, ws.config())  # a new process: its first batch may be a replay
+    (outcome,) = restarted.sink.process(second, batch_id=1)
+    assert outcome.status is Status.COMMITTED
+    assert (outcome.actions[0].inserted, outcome.actions[0].updated) == (1, 1)
+    table = deltalake.DeltaTable(paths.current)
+    assert [c["operation"] for c in table.history()][:3] == ["WRITE", "MERGE", "WRITE"]
+    assert sorted(
+        (r["id"], r["version"], r["name"]) for r in table.to_pyarrow_table().to_pylist()
+    ) == [
+        ("dog1", 2, "Scooby-Doo"),
+        ("dog2", 1, "Rex"),
+        ("dog3", 1, "Lassie"),
+    ]
+    history = deltalake.DeltaTable(paths.history).to_pyarrow_table().to_pylist()
+    assert sorted((h["id"], h["version"]) for h in history) == [
+        ("dog1", 1),
+        ("dog1", 2),
+        ("dog2", 1),
+        ("dog3", 1),
+    ]
 
 
 def test_whole_input_replayed_on_a_fresh_checkpoint_changes_no_table(

@@ -137,7 +137,7 @@ def _reference(
     out: list[dict[str, Any]] = []
     for key, group in by_key.items():
         state = folder.stored(states.get(key, {"s_version": None, "t_version": None}))
-        out.extend(folder.output_rows(key, fold(state, [folder.change(r) for r in group])))
+        out.extend(folder.output_rows(key, state, fold(state, [folder.change(r) for r in group])))
     return out
 
 
@@ -254,7 +254,7 @@ def _as_fold_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
     if row["__deleted"] is None:
         return out
     written = {k: row[k] for k in ("id", "version", "created", "updated", "__deleted", "data")}
-    out.append({"__row_kind": "state", **written, "__mark": row.get("__mark")})
+    out.append({"__row_kind": "state", **written, "__stored": False, "__mark": row.get("__mark")})
     if row["__effect"] == "inserted":
         out.append({"__row_kind": "history", **written, "__op": row["__op"], "__tx": row["__tx"]})
     return out
