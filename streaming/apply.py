@@ -79,6 +79,7 @@ from streaming.tables import (
     memory_bytes,
     one_of,
     read_table,
+    session_conf,
 )
 from streaming.tombstones import DeletedKeys, later
 
@@ -755,7 +756,7 @@ def _merge(
         condition = condition & _in_spans(F.col("t.id"), within)
 
     def merge_current() -> None:
-        with idempotent(spark, paths.current, commit):
+        with idempotent(spark, paths.current, commit), session_conf(spark, _MERGE_CONF):
             merge = (
                 DeltaTable.forPath(spark, paths.current)
                 .alias("t")
@@ -770,6 +771,13 @@ def _merge(
             merge.execute()
 
     on_conflict_retry(merge_current, what=paths.current)
+
+
+_MERGE_CONF = {
+    # The source is materialised already (the large path's fold) or rows from the driver: Delta
+    # would copy it into its block manager again first (a Spark job, and the memory twice).
+    "spark.databricks.delta.merge.materializeSource": "none",
+}
 
 
 def _current_rows(hashed: DataFrame, props: list[str]) -> DataFrame:
