@@ -291,16 +291,15 @@ class Sink:
         by_table: dict[str, list[Load]] = defaultdict(list)
         for load in wave:
             by_table[load.writes].append(load)
-        # Object tables first, side by side: each two steps of its own (numbered in path order,
-        # so a replay numbers them alike: its MERGE, then the append of its new keys), folded
-        # and written in a session of its own.
+        # Object tables first, side by side: each its own step (numbered in path order, so a
+        # replay numbers them alike), folded and written in a session of its own.
         objects = [
             _TableWrite(
                 loads,
                 paths := self.layout.object_table(loads[0].dataset, loads[0].schema.name),
                 {p: timeline.version(p) for p in paths.restorable},
-                timeline.next_step(),
-                timeline.next_step(),
+                step := timeline.next_step(),
+                step.inserts(),
                 rows(loads),
                 count(loads),
                 unique(loads),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -159,6 +159,14 @@ class BatchCommit:
         """Delta ``txnAppId`` of this query's commits to the table at ``path``."""
         return f"{self.query}:{path}"
 
+    def inserts(self) -> BatchCommit:
+        """The commit that appends a table's new keys after this step's MERGE of it
+        (``apply._write_current``): step ``step | INSERTS_STEP``. A number of its own rather
+        than the timeline's next step, so the steps of everything else keep the numbers they
+        had when new keys were part of the MERGE — a batch that a job of that version left
+        unfinished is replayed with the same steps."""
+        return replace(self, step=self.step | INSERTS_STEP)
+
     @property
     def txn_version(self) -> int:
         """Delta ``txnVersion``: grows with (batch id, step), so Delta skips a replayed commit."""
@@ -177,6 +185,14 @@ class BatchCommit:
 
 STEP_BITS = 20
 """Up to 2**20 steps per batch."""
+INSERTS_STEP = 1 << (STEP_BITS - 1)
+"""Marks the step of a table's new-key append (``BatchCommit.inserts``); the timeline's own
+steps stay below it."""
+
+
+def step_order(step: int) -> tuple[int, bool]:
+    """Where a step falls in its batch: a new-key append right after the MERGE it belongs to."""
+    return step & (INSERTS_STEP - 1), bool(step & INSERTS_STEP)
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from datetime import datetime
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from streaming.tables import BatchCommit, batch_commits, latest_version
+from streaming.tables import BatchCommit, batch_commits, latest_version, step_order
 
 
 @dataclass
@@ -85,7 +85,7 @@ class Timeline:
         earlier = self.commits.get(path, {})
         if commit.step in earlier:
             self.current[path] = earlier[commit.step][0]
-        elif not any(step > commit.step for step in earlier):
+        elif not any(step_order(step) > step_order(commit.step) for step in earlier):
             self.current[path] = latest_version(self.spark, path)
         return self.version(path)
 

@@ -1,6 +1,6 @@
 """A replayed batch's view of a table's versions, step by step (``streaming.timeline``), where a
-step made no commit: a table's MERGE step when the batch only inserts, its insert step when it
-only updates, and so on."""
+step made no commit — a table's new-key append when the batch only updated it, its MERGE when
+the batch only inserted — and how the new-key append is numbered."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from pyspark.sql import SparkSession
 
-from streaming.tables import BatchCommit
+from streaming.tables import INSERTS_STEP, BatchCommit, step_order
 from streaming.timeline import Timeline
 
 AT = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
@@ -39,20 +39,28 @@ def step(number: int) -> BatchCommit:
 
 
 def test_a_step_without_a_commit_leaves_the_table_where_the_earlier_steps_left_it() -> None:
-    """Steps 1 and 2 are one table's MERGE and insert append (the batch only updated it: no
-    append), steps 3 and 4 a later segment's. The crash came after step 3: the table's latest
-    version holds it, but the segment of steps 3-4 must read what step 1 left."""
-    timeline = replay({1: 11, 3: 12})
+    """Step 1 is a segment's MERGE of the table (it only updated: no new-key append), step 2 a
+    later segment's. The crash came after step 2: the table's latest version holds it, but
+    the replay must see what step 1 left when it reaches step 1's append."""
+    timeline = replay({1: 11, 2: 12})
     assert timeline.version(PATH) == 10  # before the batch
     assert timeline.wrote(PATH, step(1)) == 11
-    assert timeline.wrote(PATH, step(2)) == 11  # no commit at step 2, and not 12
+    assert timeline.wrote(PATH, step(1).inserts()) == 11  # no commit there, and not 12
     assert timeline.version(PATH) == 11
-    assert timeline.wrote(PATH, step(3)) == 12
+    assert timeline.wrote(PATH, step(2)) == 12
 
 
 def test_a_first_step_without_a_commit_leaves_the_table_at_its_version_before_the_batch() -> None:
-    timeline = replay({2: 11, 4: 12})  # the first segment only inserted
+    timeline = replay({step(1).inserts().step: 11, 2: 12})  # the first segment only inserted
     assert timeline.wrote(PATH, step(1)) == 10
-    assert timeline.wrote(PATH, step(2)) == 11
-    assert timeline.wrote(PATH, step(3)) == 11
-    assert timeline.wrote(PATH, step(4)) == 12
+    assert timeline.wrote(PATH, step(1).inserts()) == 11
+    assert timeline.wrote(PATH, step(2)) == 12
+
+
+def test_a_new_key_append_is_numbered_apart_and_ordered_right_after_its_merge() -> None:
+    """The timeline's steps keep the numbers they had before new keys were appended apart, so
+    a batch left unfinished by that version is replayed with the same steps."""
+    inserts = step(3).inserts()
+    assert inserts.step == 3 | INSERTS_STEP and inserts.batch_id == 7 and inserts.at == AT
+    assert step_order(3) < step_order(inserts.step) < step_order(4)
+    assert inserts.txn_version >> 20 == 7  # still batch 7's in Delta's idempotency keys
