@@ -228,7 +228,29 @@ KEY_PUSHDOWN_MAX = 2_000
 
 MERGE_BROADCAST_MAX_BYTES = 64 << 20
 """The large path broadcasts its MERGE source (the held keys' new rows) up to about this many
-bytes in memory, so the MERGE does not shuffle the table's rows (``_write_current``)."""
+bytes in memory, so the MERGE does not shuffle the table's rows (``_write_current``); and at
+most a sixteenth of the driver's heap (``broadcast_limit``)."""
+
+
+def broadcast_limit(spark: SparkSession) -> int:
+    """The most bytes of a MERGE source the large path broadcasts: ``MERGE_BROADCAST_MAX_BYTES``,
+    at most a sixteenth of the driver's heap (the driver collects the source and builds its
+    hash table), and -1 — never — when the session turns broadcast joins off
+    (``spark.sql.autoBroadcastJoinThreshold = -1``)."""
+    if spark._jsparkSession.sessionState().conf().autoBroadcastJoinThreshold() < 0:
+        return -1
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    heap = int(jvm.java.lang.Runtime.getRuntime().maxMemory())
+    return min(MERGE_BROADCAST_MAX_BYTES, heap // 16)
+
+
+def broadcasts(size: int | None, held: int, wide: int, limit: int) -> bool:
+    """Whether to broadcast a MERGE source of ``held`` rows: their bytes, estimated as their
+    share of the ``wide`` (state and history) rows of a materialised fold of ``size`` bytes
+    (None: unknown), are at most ``limit`` (negative: never)."""
+    return size is not None and limit >= 0 and size * held <= limit * wide
+
 
 _LARGE_PATH = threading.Lock()
 """The large path writes through the session its changes come from (the query's), whose
@@ -580,8 +602,7 @@ def _apply_large(
     state = folded.where("__row_kind = 'state'")
     if _writes(counts):
         size = memory_bytes(folded)
-        # the held keys' rows, estimated as their share of the wide (state, history) rows
-        broadcast = size is not None and size * held <= MERGE_BROADCAST_MAX_BYTES * wide
+        broadcast = broadcasts(size, held, wide, broadcast_limit(spark))
         log.debug(
             "%s: %d held keys merged (source broadcast: %s; the fold holds %s bytes), %d new",
             paths.current,

@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from streaming.tables import read_table
+from streaming.apply import MERGE_BROADCAST_MAX_BYTES, broadcast_limit
+from streaming.tables import read_table, session_conf
 from tests.support import Workspace, request, upsert
 
 pytestmark = pytest.mark.spark
@@ -308,3 +309,17 @@ def test_one_of_selects_what_isin_selects_and_delta_skips_files_with_it(
         30,
         39,
     ]
+
+
+def test_the_broadcast_limit_follows_the_driver_heap_and_the_sessions_switch(
+    spark: SparkSession,
+) -> None:
+    """A large batch broadcasts its MERGE source up to 64 MiB, at most a sixteenth of the
+    driver's heap, and never when the session turns broadcast joins off."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    heap = int(jvm.java.lang.Runtime.getRuntime().maxMemory())
+    assert broadcast_limit(spark) == min(MERGE_BROADCAST_MAX_BYTES, heap // 16) > 0
+    with session_conf(spark, {"spark.sql.autoBroadcastJoinThreshold": "-1"}):
+        assert broadcast_limit(spark) == -1
+    assert broadcast_limit(spark) > 0
