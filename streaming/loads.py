@@ -426,10 +426,16 @@ def _spread(raw: DataFrame, load: Load) -> DataFrame:
     tasks = min(raw.sparkSession.sparkContext.defaultParallelism, meta.num_rows // SPREAD_MIN_ROWS)
     if tasks <= meta.num_row_groups:
         return raw
-    # By a hash of the row's place in the file: a round-robin repartition sorts every row
-    # first (to be deterministic on retry), on the one task that read them.
-    at = F.col(ROW) if ROW in raw.columns else F.col("_metadata.row_index")
-    return raw.repartition(tasks, at)
+    # By a hash of the id, as ``_changes_of`` will make it: the rows then stay partitioned by
+    # ``id``, and the check job counts ids distinct without shuffling them again (a round-robin
+    # repartition would also sort every row first, to be deterministic on retry, on the one
+    # task that read them). No id column: by the row's place in the file.
+    sources, _ = resolve_sources(load, raw.columns)
+    if "id" in sources:
+        by = F.col(f"`{sources['id']}`").cast("string")
+    else:
+        by = F.col(ROW) if ROW in raw.columns else F.col("_metadata.row_index")
+    return raw.repartition(tasks, by)
 
 
 def _changes_of(
@@ -599,7 +605,7 @@ def check_loads(
         if load.schema.is_object
         and (not _many_changes_per_key(load) or per_table[load.writes] == 1)
     )
-    stats = _check_stats(union, distinct)
+    stats = _check_stats(union, distinct, every=len(distinct) == len(by_ordinal))
     errors: dict[int, RejectedError] = {}
     mistyped: list[int] = []
     for row in stats:
@@ -631,14 +637,16 @@ def check_loads(
     return errors
 
 
-def _check_stats(union: DataFrame, distinct: Sequence[int]) -> list[Row]:
+def _check_stats(union: DataFrame, distinct: Sequence[int], *, every: bool) -> list[Row]:
     """Per load ordinal: corrupt records, rows without id, repeated ids (counted for
     ``distinct``'s loads; 0 for the others, NULL when ``distinct`` is empty), rows with
     mistyped values, rows. Grouped by (ordinal, id) first, then by ordinal: Spark would plan
     ``count - count_distinct`` beside the other sums by expanding every row into two
-    (``RewriteDistinctAggregates``)."""
+    (``RewriteDistinctAggregates``). ``every``: ``distinct`` holds every load, so the first
+    grouping is by the ``id`` column itself, which rows spread by id (``_spread``) are already
+    partitioned by: no shuffle of the ids."""
     ordinal = F.shiftright(F.col("__seq").cast("long"), SEQ_SHIFT)
-    counted_id = F.when(_ordinal_in(ordinal, distinct), F.col("id"))
+    counted_id = F.col("id") if every else F.when(_ordinal_in(ordinal, distinct), F.col("id"))
     per_id = union.groupBy(ordinal.alias("ordinal"), counted_id.alias("counted")).agg(
         F.sum(F.col("__corrupt").cast("int")).alias("corrupt"),
         F.sum(F.col("id").isNull().cast("int")).alias("no_id"),
