@@ -127,7 +127,9 @@ class _FoldExpressions:
     """``fold_rows``' expressions, which depend on the schema only (``streaming.reuse``):
     ``changes`` makes a key's changes an array sorted by ``__seq`` (an aggregate, or with
     ``unique`` the one change's array), ``fold`` folds it over the stored state from the joined
-    columns (the commit time comes from ``__at``), ``rows`` makes the result output rows."""
+    columns (the commit time comes from ``__at``), ``rows`` makes the result output rows. The
+    fold's state carries its effects and history entries as output rows already, so nothing
+    maps them afterwards."""
 
     changes: Column
     fold: Column
@@ -139,18 +141,6 @@ def _fold_expressions(
 ) -> _FoldExpressions:
     props = [f.name for f in data.fields]
     mark_type = StructType([data[c] for c in watermark]) if watermark else None
-    entry_type = StructType(
-        [
-            StructField("version", LongType()),
-            StructField("created", TimestampType()),
-            StructField("updated", TimestampType()),
-            StructField("deleted", BooleanType()),
-            StructField("op", StringType()),
-            StructField("tx", StringType()),
-            StructField("data", data),
-        ]
-    )
-    effect_type = StructType([StructField("seq", LongType()), StructField("effect", StringType())])
     acc_type = StructType(
         [
             StructField("live", BooleanType()),
@@ -160,11 +150,11 @@ def _fold_expressions(
             StructField("updated", TimestampType()),
             *([StructField("mark", mark_type)] if mark_type else []),
             StructField("moved", BooleanType()),
-            StructField("history", ArrayType(entry_type)),
-            StructField("effects", ArrayType(effect_type)),
+            StructField("history", ArrayType(out)),  # output rows, ``__row_kind`` history
+            StructField("effects", ArrayType(out)),  # output rows, ``__row_kind`` effect
         ]
     )
-    now = F.col("__at")
+    now, key = F.col("__at"), F.col("id")
 
     def mark_of(row: Column) -> Column:
         assert mark_type is not None
@@ -202,17 +192,23 @@ def _fold_expressions(
             else []
         ),
         F.lit(False).alias("moved"),
-        F.array().cast(ArrayType(entry_type)).alias("history"),
-        F.array().cast(ArrayType(effect_type)).alias("effects"),
+        F.array().cast(ArrayType(out)).alias("history"),
+        F.array().cast(ArrayType(out)).alias("effects"),
     ).cast(acc_type)
 
-    def flagged(acc: Column, c: Column) -> Column:
-        """The change's data with the extended format's flags applied over the stored row."""
+    def written(acc: Column, c: Column) -> Column:
+        """The row change ``c`` writes over ``acc``'s: REPLACE its data; PATCH only its
+        columns; the extended format's flags keep (Missing) or add to (Aggregate) the stored
+        value. Built property by property, each from the change's and the stored value of
+        that property only: an expression of each property that picked its field out of
+        a struct of all of them would make the plan grow with the square of the properties
+        (40 properties: seconds of analysis a batch)."""
+        kind, flags, cols = c["kind"], c["flags"], c["cols"]
 
         def value(p: str) -> Column:
-            flag = F.coalesce(c["flags"][p], F.lit(0).cast("long"))
             old, add = acc["data"][p], c["data"][p]
             dtype = data[p].dataType
+            flag = F.coalesce(flags[p], F.lit(0).cast("long"))
             if isinstance(dtype, NumericType):
                 summed = old + add
             elif isinstance(dtype, StringType):
@@ -223,31 +219,25 @@ def _fold_expressions(
                 F.when(add.isNull(), old).when(old.isNull(), add).otherwise(summed.cast(dtype))
             )
             return (
-                F.when((flag.bitwiseAND(MISSING)) != 0, old)
+                F.when(
+                    (kind == ChangeKind.PATCH.value)
+                    & cols.isNotNull()
+                    & ~F.coalesce(F.array_contains(cols, p), F.lit(False)),
+                    old,
+                )
+                .when(flags.isNull(), add)
+                .when((flag.bitwiseAND(MISSING)) != 0, old)
                 .when((flag.bitwiseAND(AGGREGATE)) != 0, aggregated)
                 .otherwise(add)
                 .alias(p)
             )
 
-        return F.when(c["flags"].isNull(), c["data"]).otherwise(
+        # Most changes write their data as it is (a REPLACE_DELETE's is NULL: no row).
+        whole = (kind == ChangeKind.REPLACE.value) | (
+            flags.isNull() & (kind != ChangeKind.PATCH.value)
+        )
+        return F.when(c["data"].isNull() | whole, c["data"]).otherwise(
             F.struct(*[value(p) for p in props])
-        )
-
-    def written(acc: Column, c: Column, d: Column) -> Column:
-        """The row a write of ``d`` gives: PATCH takes only its columns from ``d``."""
-        patched = F.struct(
-            *[
-                F.when(c["cols"].isNull() | F.array_contains(c["cols"], p), d[p])
-                .otherwise(acc["data"][p])
-                .alias(p)
-                for p in props
-            ]
-        )
-        kind = c["kind"]
-        return (
-            F.when(kind == ChangeKind.REPLACE.value, c["data"])
-            .when(kind == ChangeKind.PATCH.value, patched)
-            .otherwise(d)
         )
 
     def effect(acc: Column, c: Column, new: Column) -> Column:
@@ -284,14 +274,17 @@ def _fold_expressions(
             .when(eff == "inserted", now)
             .otherwise(acc["created"])
         )
-        entry = F.struct(
-            version.alias("version"),
-            created.alias("created"),
-            now.alias("updated"),
-            deleted.alias("deleted"),
-            F.when(deleted, "d").when(eff == "inserted", "i").otherwise("u").alias("op"),
-            c["tx"].alias("tx"),
-            F.when(deleted, acc["data"]).otherwise(new).alias("data"),
+        entry = _row(
+            out,
+            __row_kind=F.lit("history"),
+            id=key,
+            version=version,
+            created=created,
+            updated=now,
+            __deleted=deleted,
+            __op=F.when(deleted, "d").when(eff == "inserted", "i").otherwise("u"),
+            __tx=c["tx"],
+            data=F.when(deleted, acc["data"]).otherwise(new),
         )
         # A delete of a key not live, newer than its watermark: the tombstone's watermark moves.
         marks = (
@@ -314,26 +307,37 @@ def _fold_expressions(
             fields.append(
                 F.when(changed, moved).when(marks, c["mark"]).otherwise(acc["mark"]).alias("mark")
             )
+        effect_row = _row(out, __row_kind=F.lit("effect"), id=key, __seq=c["seq"], __effect=eff)
         return F.struct(
             *fields,
             (acc["moved"] | marks).alias("moved"),
             F.when(changed, F.concat(acc["history"], F.array(entry)))
             .otherwise(acc["history"])
             .alias("history"),
-            F.concat(
-                acc["effects"], F.array(F.struct(c["seq"].alias("seq"), eff.alias("effect")))
-            ).alias("effects"),
+            F.concat(acc["effects"], F.array(effect_row)).alias("effects"),
         )
 
     def merge(acc: Column, change: Column) -> Column:
         c = change.withField("mark", mark_of(change["data"])) if mark_type else change
         return _let(
-            written(acc, c, flagged(acc, c)),
+            written(acc, c),
             lambda new: _let(effect(acc, c, new), lambda eff: step(acc, c, new, eff)),
         )
 
     return _FoldExpressions(
         changes, F.aggregate("__changes", start, merge), _rows(out, mark_type is not None)
+    )
+
+
+def _row(out: StructType, **values: Column) -> Column:
+    """A struct of ``out`` with ``values``, NULL in every other field."""
+    return F.struct(
+        *[
+            (values[field.name] if field.name in values else _none(field.dataType)).alias(
+                field.name
+            )
+            for field in out.fields
+        ]
     )
 
 
@@ -406,25 +410,11 @@ def _rows(out: StructType, marked: bool) -> Column:
     """Each key's output rows as an array of ``out`` structs: its effects, then — if it
     changed (a history entry, or its tombstone's watermark moved) — its new state (with
     ``__stored``: whether the key had a live row before) and its history entries."""
-    f, key = F.col("f"), F.col("id")
-
-    def row(**values: Column) -> Column:
-        return F.struct(
-            *[
-                (values[field.name] if field.name in values else _none(field.dataType)).alias(
-                    field.name
-                )
-                for field in out.fields
-            ]
-        )
-
-    effects = F.transform(
-        f["effects"],
-        lambda e: row(__row_kind=F.lit("effect"), id=key, __seq=e["seq"], __effect=e["effect"]),
-    )
-    state = row(
+    f = F.col("f")
+    state = _row(
+        out,
         __row_kind=F.lit("state"),
-        id=key,
+        id=F.col("id"),
         version=f["version"],
         created=f["created"],
         updated=f["updated"],
@@ -433,19 +423,7 @@ def _rows(out: StructType, marked: bool) -> Column:
         data=f["data"],
         **({"__mark": f["mark"]} if marked else {}),
     )
-    history = F.transform(
-        f["history"],
-        lambda h: row(
-            __row_kind=F.lit("history"),
-            id=key,
-            version=h["version"],
-            created=h["created"],
-            updated=h["updated"],
-            __deleted=h["deleted"],
-            __op=h["op"],
-            __tx=h["tx"],
-            data=h["data"],
-        ),
-    )
     changed = (F.size(f["history"]) > 0) | f["moved"]
-    return F.when(changed, F.concat(effects, F.array(state), history)).otherwise(effects)
+    return F.when(changed, F.concat(f["effects"], F.array(state), f["history"])).otherwise(
+        f["effects"]
+    )
