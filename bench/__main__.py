@@ -128,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="Cold: skip the plain baseline's first batch in a fresh process",
     )
+    parser.add_argument(
+        "--deletion-vectors",
+        action="store_true",
+        help="ours with tables.deletion_vectors on (Cold's fresh process keeps the default)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the /tmp workspace")
     parser.add_argument(
         "--render",
@@ -156,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         sizes = replace(sizes, batch_threads=False)
     if args.no_cold_plain:
         sizes = replace(sizes, cold_plain=False)
+    if args.deletion_vectors:
+        sizes = replace(sizes, deletion_vectors=True)
     for flag, field in (
         ("w2_changes", "w2_changes"),
         ("w2_rows", "w2_table_rows"),

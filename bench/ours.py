@@ -18,6 +18,10 @@ from streaming.config import AppConfig, parse_config
 from streaming.job import Job
 from streaming.tables import read_table
 
+TABLES: dict[str, Any] = {}
+"""The ``tables`` section of every workspace's config (``bench.run.run`` sets it from the
+sizes: ``--deletion-vectors``)."""
+
 
 @dataclass
 class Workspace:
@@ -45,6 +49,7 @@ class Workspace:
             "checkpoints": "./checkpoints",
             "datasets": {self.dataset: f"{self.dataset}.yaml"},
             "allowed_locations": ["./data"],
+            "tables": dict(TABLES),
             **overrides,
         }
         return parse_config(data, base=self.root, environ={})

@@ -28,7 +28,7 @@ from pyspark.sql import SparkSession
 
 from bench import baselines, batch, cold, data, kafka
 from bench.common import SHUFFLE_PARTITIONS, rate, say, seed_tables
-from bench.ours import OurRun, Workspace, run_job
+from bench.ours import TABLES, OurRun, Workspace, run_job
 from bench.sizes import Sizes
 from connectors.kafka_broker import LocalKafkaBroker
 from streaming.config import SparkConfig
@@ -600,7 +600,9 @@ def _get(results: dict[str, Any], *keys: str) -> float | None:
 
 def render(results: dict[str, Any]) -> str:
     lines = [
-        f"cdc benchmark ({results['sizes']['name']}), {results['machine']}",
+        f"cdc benchmark ({results['sizes']['name']}"
+        f"{', deletion vectors on' if results['sizes'].get('deletion_vectors') else ''}), "
+        f"{results['machine']}",
         f"code: {results['code']}",
         "",
         f"{'workload':<8} {'contender':<34} {'seconds':>9} {'tx/s':>9} {'rows/s':>10} "
@@ -880,6 +882,8 @@ def run(
 ) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="cdc-bench-", dir="/tmp"))
     say(f"workspace {base}")
+    TABLES.clear()
+    TABLES.update({"deletion_vectors": True} if sizes.deletion_vectors else {})
     results: dict[str, Any] = {
         "sizes": asdict(sizes),
         "started": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -66,6 +66,9 @@ class Sizes:
     full_load_rows: int = 1_000_000
     """FullLoad: rows of the one DMS full-load file (unique ids, ``Op`` = 'I') loaded into an
     empty table."""
+    deletion_vectors: bool = False
+    """Ours with ``tables.deletion_vectors`` on (the job's current tables; a fresh process's
+    Cold run keeps the default)."""
 
 
 FULL = Sizes(

@@ -347,6 +347,19 @@ class LandingConfig(_Strict):
     )
 
 
+class TablesConfig(_Strict):
+    """How the job's Delta tables are written."""
+
+    deletion_vectors: bool = Field(
+        False,
+        description="Deletion vectors on the current tables: a MERGE marks the rows it replaces "
+        "instead of rewriting their files, so its cost follows the changes, not the files "
+        "they touch. Readers must support the `deletionVectors` table feature (delta-rs "
+        "reads such tables through `QueryBuilder` only); turning it off later stops new "
+        "vectors, `cdc maintain --optimize` purges the old ones",
+    )
+
+
 class TriggerConfig(_Strict):
     """When the continuous query starts a micro-batch (`cdc run --once` ignores it)."""
 
@@ -411,6 +424,7 @@ class AppConfig(_Strict):
         description="A `locationUri` must resolve (after `..` and symlinks) under one of these",
     )
     trigger: TriggerConfig = Field(default_factory=TriggerConfig)
+    tables: TablesConfig = Field(default_factory=TablesConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     query_name: str = Field(

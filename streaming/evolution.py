@@ -69,6 +69,9 @@ WATERMARK_PROPERTY = "cdc.watermark"
 """Table property of a current object table: the watermark columns (JSON list) it was written by."""
 TOMBSTONE_PROPERTY = "cdc.tombstone"
 """Table property of a current object table: the tombstone key (JSON object or null)."""
+DELETION_VECTORS_PROPERTY = "delta.enableDeletionVectors"
+"""Table property of a current table: whether DML marks replaced rows in deletion vectors; set
+from ``tables.deletion_vectors`` at startup (absent: off, as the session's default is)."""
 COMMIT_KEY = "cdcSchemaEvolution"
 """The key of an evolution commit's ``userMetadata`` (never ``cdc``: that marks batch commits)."""
 
@@ -353,16 +356,20 @@ class TableSpec:
     properties: Mapping[str, str]
 
 
-def schema_tables(layout: Layout, dataset: str, schema: SchemaDef) -> list[TableSpec]:
+def schema_tables(
+    layout: Layout, dataset: str, schema: SchemaDef, *, deletion_vectors: bool = False
+) -> list[TableSpec]:
     """The tables the job writes for ``schema`` (none for views that are not materialized,
-    query and external schemas)."""
+    query and external schemas). ``deletion_vectors``: the current table has them on
+    (``tables.deletion_vectors``; the others are append-only)."""
+    vectors = {DELETION_VECTORS_PROPERTY: str(deletion_vectors).lower()}
     if schema.is_object:
         return [
             TableSpec(
                 "current",
                 layout.table(dataset, schema.name),
                 current_schema(schema),
-                {**CURRENT_TABLE_PROPERTIES, **key_properties(schema)},
+                {**CURRENT_TABLE_PROPERTIES, **key_properties(schema), **vectors},
             ),
             TableSpec(
                 "tombstones", layout.tombstones(dataset, schema.name), tombstones_schema(schema), {}
@@ -376,7 +383,9 @@ def schema_tables(layout: Layout, dataset: str, schema: SchemaDef) -> list[Table
         ]
     if schema.is_record or schema.materialized:
         return [
-            TableSpec("current", layout.table(dataset, schema.name), current_schema(schema), {})
+            TableSpec(
+                "current", layout.table(dataset, schema.name), current_schema(schema), vectors
+            )
         ]
     return []
 
@@ -400,7 +409,8 @@ class SchemaPlan:
     changes: dict[str, TableChanges] = field(default_factory=dict)
     """table path → the columns to add (and the columns left unwritten)."""
     record: dict[str, dict[str, str]] = field(default_factory=dict)
-    """table path → the key properties to record (tables of an older version)."""
+    """table path → the properties to set: key properties (tables of an older version), the
+    deletion vectors' switch (``tables.deletion_vectors`` changed)."""
     problems: list[str] = field(default_factory=list)
 
 
@@ -429,6 +439,11 @@ def plan_schema(
         missing = {k: v for k, v in key_properties(schema).items() if k not in current.properties}
         if missing:
             plan.record[by_role["current"].path] = missing
+    if current is not None:
+        wanted = by_role["current"].properties[DELETION_VECTORS_PROPERTY]
+        if current.properties.get(DELETION_VECTORS_PROPERTY, "false") != wanted:
+            switch = {DELETION_VECTORS_PROPERTY: wanted}
+            plan.record.setdefault(by_role["current"].path, {}).update(switch)
     for mismatch, roles in mismatches.items():
         plan.problems.append(
             f"dataset {dataset}, schema {schema.name}, {mismatch.where}: {mismatch.what} "
@@ -499,12 +514,19 @@ def _sql_string(text: str) -> str:
     return text.replace("\\", "\\\\").replace("'", "\\'")
 
 
-def evolve(spark: SparkSession, datasets: Mapping[str, Dataset], layout: Layout) -> None:
-    """Bring every schema's tables to its definition, or refuse before changing anything."""
+def evolve(
+    spark: SparkSession,
+    datasets: Mapping[str, Dataset],
+    layout: Layout,
+    *,
+    deletion_vectors: bool = False,
+) -> None:
+    """Bring every schema's tables to its definition (and the current tables' deletion vectors
+    to ``deletion_vectors``), or refuse before changing anything."""
     plans: list[SchemaPlan] = []
     for name, dataset in datasets.items():
         for schema in dataset.schemas.values():
-            tables = schema_tables(layout, name, schema)
+            tables = schema_tables(layout, name, schema, deletion_vectors=deletion_vectors)
             if not tables:
                 continue
             found = {t.path: f for t in tables if (f := find_table(spark, t.path)) is not None}

@@ -37,15 +37,22 @@ def load_datasets(cfg: AppConfig) -> dict[str, Dataset]:
     return {name: load_dataset(name, path) for name, path in cfg.datasets.items()}
 
 
-def prepare_tables(spark: SparkSession, datasets: Mapping[str, Dataset], layout: Layout) -> None:
+def prepare_tables(
+    spark: SparkSession,
+    datasets: Mapping[str, Dataset],
+    layout: Layout,
+    *,
+    deletion_vectors: bool = False,
+) -> None:
     """Create every table the job writes (empty), so readers find them from the start, and bring
     the tables of changed dataset definitions up to date (``streaming.evolution``) — or refuse
-    to start, before the query consumes anything, when a change is not additive."""
+    to start, before the query consumes anything, when a change is not additive.
+    ``deletion_vectors``: the current tables have them on (``tables.deletion_vectors``)."""
     ensure_table(spark, layout.ledger, LEDGER_SCHEMA)
     add_missing_columns(spark, layout.ledger, LEDGER_SCHEMA)  # ledgers of older versions
     ensure_table(spark, layout.outcomes, OUTCOMES_SCHEMA)
     ensure_table(spark, layout.quarantine, QUARANTINE_SCHEMA)
-    evolve(spark, datasets, layout)
+    evolve(spark, datasets, layout, deletion_vectors=deletion_vectors)
 
 
 def _ensure_dir(spark: SparkSession, path: str) -> str:
@@ -100,7 +107,7 @@ class Job:
         datasets = load_datasets(cfg)
         layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
         # Before anything else connects: a definition its tables cannot follow stops here.
-        prepare_tables(spark, datasets, layout)
+        prepare_tables(spark, datasets, layout, deletion_vectors=cfg.tables.deletion_vectors)
         kafka = cfg.kafka
         if kafka is not None:  # credentials the broker refuses stop the job here
             check_kafka(spark, kafka)

@@ -76,8 +76,9 @@ def maintain(
     """OPTIMIZE and/or VACUUM each table; the live file counts before and after.
 
     ``current``: the current tables among ``paths``; OPTIMIZE writes their files at
-    ``current_file_mib``, and with ``cluster`` (which implies OPTIMIZE) Z-orders them by ``id``
-    (every file rewritten, each then a narrow id range)."""
+    ``current_file_mib``, then purges their deletion vectors (``REORG ... APPLY (PURGE)``: the
+    files with rows marked deleted rewritten without them), and with ``cluster`` (which implies
+    OPTIMIZE) Z-orders them by ``id`` (every file rewritten, each then a narrow id range)."""
     if current_file_mib <= 0:
         raise ValueError(f"current_file_mib must be positive, not {current_file_mib}")
     if vacuum_hours is not None and vacuum_hours < 168:
@@ -94,6 +95,9 @@ def maintain(
                     table.optimize().executeZOrderBy("id")
                 else:
                     table.optimize().executeCompaction()
+                    # Files whose rows a MERGE marked in deletion vectors, rewritten without
+                    # them (``tables.deletion_vectors``); nothing to do on a table without any.
+                    spark.sql(f"REORG TABLE delta.`{path}` APPLY (PURGE)")
         elif optimize or cluster:
             table.optimize().executeCompaction()
         if vacuum_hours is not None:

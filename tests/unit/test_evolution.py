@@ -22,6 +22,7 @@ from pyspark.sql.types import (
 
 from streaming.catalog import SchemaDef, parse_dataset
 from streaming.evolution import (
+    DELETION_VECTORS_PROPERTY,
     TOMBSTONE_PROPERTY,
     WATERMARK_PROPERTY,
     Found,
@@ -84,6 +85,37 @@ def test_nothing_changed_is_nothing_to_do() -> None:
     p = plan(order(), order())
     assert p.problems == [] and p.create == [] and p.record == {}
     assert all(not c.added and not c.unwritten for c in p.changes.values())
+
+
+@pytest.mark.parametrize(
+    ("had", "wanted", "recorded"),
+    [
+        (None, False, None),  # a table of an older version: off, as the session default is
+        (None, True, "true"),
+        ("false", True, "true"),
+        ("true", False, "false"),
+        ("true", True, None),
+    ],
+)
+def test_the_current_tables_deletion_vectors_follow_the_config(
+    had: str | None, wanted: bool, recorded: str | None
+) -> None:
+    schema = order()
+    found = existing(schema)
+    current = "/wh/sales/sales/Order"
+    properties = {
+        k: v for k, v in found[current].properties.items() if k != DELETION_VECTORS_PROPERTY
+    }
+    found[current] = Found(
+        found[current].schema, {**properties, **({DELETION_VECTORS_PROPERTY: had} if had else {})}
+    )
+    tables = schema_tables(LAYOUT, "sales", schema, deletion_vectors=wanted)
+    p = plan_schema("sales", schema, tables, found)
+    assert p.problems == [] and p.create == []
+    assert p.record == ({current: {DELETION_VECTORS_PROPERTY: recorded}} if recorded else {})
+    created = {t.role: dict(t.properties) for t in tables}
+    assert created["current"][DELETION_VECTORS_PROPERTY] == str(wanted).lower()
+    assert DELETION_VECTORS_PROPERTY not in created["history"]  # append-only: nothing to mark
 
 
 def test_an_added_property_goes_to_every_table_at_its_place() -> None:

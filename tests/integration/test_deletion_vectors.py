@@ -1,0 +1,140 @@
+"""``tables.deletion_vectors``: the current tables' MERGEs mark the rows they replace in deletion
+vectors instead of rewriting their files, and give the same tables as without them; startup
+switches an existing table; ``cdc maintain --optimize`` purges the vectors. Read with delta-rs
+(DataFusion's ``QueryBuilder``, which applies the vectors), not with Spark."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import deltalake
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+from streaming import apply as apply_module
+from streaming.evolution import DELETION_VECTORS_PROPERTY
+from streaming.maintain import maintain
+from tests.support import Workspace, request, upsert
+
+pytestmark = pytest.mark.spark
+
+PET = """\
+petstore.Pet:
+  properties:
+    name: {type: string}
+    age: {type: integer}
+"""
+
+KEYS = 40
+
+
+def _rows(path: str, *columns: str) -> list[tuple[Any, ...]]:
+    """The table's live rows as delta-rs reads them, deletion vectors applied."""
+    table = deltalake.DeltaTable(path)
+    query = f"SELECT {', '.join(columns)} FROM t ORDER BY {', '.join(columns)}"
+    batches = deltalake.QueryBuilder().register("t", table).execute(query).read_all()
+    return [tuple(r[c] for c in columns) for r in pa.table(batches).to_pylist()]
+
+
+def _vectors(path: str) -> int:
+    """Live data files of the table's latest version that carry a deletion vector, from the
+    Delta log itself (every commit's add and remove actions; a file is its path and vector: a
+    MERGE adds a file again with a vector and removes it without)."""
+    live: set[tuple[str, str]] = set()
+    for commit in sorted(Path(path, "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            for kind in ("add", "remove"):
+                if kind in action:
+                    vector = action[kind].get("deletionVector")
+                    key = (action[kind]["path"], json.dumps(vector, sort_keys=True))
+                    (live.add if kind == "add" else live.discard)(key)
+    return sum(1 for _, vector in live if vector != "null")
+
+
+def _property(path: str) -> str | None:
+    return deltalake.DeltaTable(path).metadata().configuration.get(DELETION_VECTORS_PROPERTY)
+
+
+def _two_batches(spark: SparkSession, root: Path, *, vectors: bool, large: bool) -> str:
+    """A first batch inserting ``KEYS`` pets, a second updating every fourth, deleting every
+    fifth and inserting two; the current table's path."""
+    ws = Workspace(root)
+    ws.dataset("petstore", PET)
+    cfg = ws.config(tables={"deletion_vectors": vectors})
+    ws.data(
+        "seed/petstore/Pet/part.json",
+        *[{"id": f"p{n:02d}", "name": "a", "age": n} for n in range(KEYS)],
+    )
+    ws.requests(request("seed", upsert("./data/seed")))
+    with pytest.MonkeyPatch.context() as patch:
+        if large:  # the executors' fold and its MERGE without an insert clause
+            patch.setattr(apply_module, "DRIVER_FOLD_MAX_ROWS", 0)
+        job = ws.run_once(spark, cfg)
+        changed = [{"id": f"p{n:02d}", "name": "b", "age": n + 100} for n in range(0, KEYS, 4)]
+        changed += [{"id": f"q{n}", "name": "new", "age": n} for n in range(2)]
+        ws.data("change/petstore/Pet/part.json", *changed)
+        ws.data("gone/petstore/Pet/part.json", *[{"id": f"p{n:02d}"} for n in range(1, KEYS, 5)])
+        ws.requests(
+            request("change", upsert("./data/change")),
+            request(
+                "gone", {"operation": "DELETE", "locationUri": "./data/gone", "format": "JSON"}
+            ),
+        )
+        ws.run_once(spark, cfg)
+    return job.layout.object_table("petstore", "petstore.Pet").current
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["driver fold", "executors' fold"])
+def test_merges_mark_rows_in_deletion_vectors_and_give_the_same_table(
+    spark: SparkSession, tmp_path: Path, large: bool
+) -> None:
+    marked = _two_batches(spark, tmp_path / "on", vectors=True, large=large)
+    rewritten = _two_batches(spark, tmp_path / "off", vectors=False, large=large)
+
+    assert _property(marked) == "true"
+    assert _property(rewritten) == "false"
+    assert _vectors(marked) >= 1, "the second batch's MERGE marked rows instead of rewriting"
+    assert _vectors(rewritten) == 0
+    columns = ("id", "version", "name", "age", "hash")
+    rows = _rows(marked, *columns)
+    assert rows == _rows(rewritten, *columns)
+    ids = {r[0] for r in rows}
+    deleted = {f"p{n:02d}" for n in range(1, KEYS, 5)}
+    assert ids == {f"p{n:02d}" for n in range(KEYS)} - deleted | {"q0", "q1"}
+    by_id = {r[0]: r for r in rows}
+    assert by_id["p04"][1:4] == (2, "b", 104)  # updated: version 2
+    assert by_id["p02"][1:4] == (1, "a", 2)  # untouched
+
+
+def test_maintain_purges_the_vectors_and_keeps_the_rows(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    path = _two_batches(spark, tmp_path, vectors=True, large=True)
+    columns = ("id", "version", "name", "age", "hash")
+    before = _rows(path, *columns)
+    assert _vectors(path) >= 1
+
+    maintain(spark, [path], optimize=True, vacuum_hours=None, current={path})
+
+    assert _vectors(path) == 0
+    assert _rows(path, *columns) == before
+
+
+def test_startup_switches_an_existing_tables_vectors(spark: SparkSession, tmp_path: Path) -> None:
+    ws = Workspace(tmp_path)
+    ws.dataset("petstore", PET)
+    job = ws.run_once(spark)
+    path = job.layout.object_table("petstore", "petstore.Pet").current
+    history = job.layout.object_table("petstore", "petstore.Pet").history
+    assert _property(path) == "false"
+
+    ws.run_once(spark, ws.config(tables={"deletion_vectors": True}))
+    assert _property(path) == "true"
+    assert _property(history) == "false"  # append-only: the session default, left as it is
+
+    ws.run_once(spark, ws.config(tables={"deletion_vectors": False}))
+    assert _property(path) == "false"
