@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+import deltalake
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from bench import data
@@ -13,6 +15,14 @@ from streaming.job import Job
 
 SHUFFLE_PARTITIONS = 4
 """The config's default ``spark.shuffle_partitions``; the session uses the same."""
+
+
+def column(table: str, name: str = "id") -> pa.ChunkedArray:
+    """One column of a Delta table's live rows, read with delta-rs after the timed part —
+    through DataFusion (``QueryBuilder``), which applies deletion vectors
+    (``to_pyarrow_table`` refuses a table that has them: ``--deletion-vectors``)."""
+    query = deltalake.QueryBuilder().register("t", deltalake.DeltaTable(table))
+    return pa.table(query.execute(f"SELECT `{name}` FROM t").read_all()).column(name)
 
 
 def say(message: str) -> None:

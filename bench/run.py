@@ -23,11 +23,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import deltalake
 from pyspark.sql import SparkSession
 
 from bench import baselines, batch, cold, data, kafka
 from bench.common import SHUFFLE_PARTITIONS, rate, say, seed_tables
+from bench.common import column as column_of
 from bench.ours import TABLES, OurRun, Workspace, run_job
 from bench.sizes import Sizes
 from connectors.kafka_broker import LocalKafkaBroker
@@ -57,13 +57,12 @@ def _copy(source: str, target: Path) -> str:
 
 def _rows(table: str, column: str = "id") -> int:
     """Rows of a Delta table (read with delta-rs, after the timed part)."""
-    return int(deltalake.DeltaTable(table).to_pyarrow_table(columns=[column]).num_rows)
+    return len(column_of(table, column))
 
 
 def _keys(table: str) -> set[str]:
     """The ids of a Delta table (read with delta-rs, after the timed part)."""
-    ids = deltalake.DeltaTable(table).to_pyarrow_table(columns=["id"]).column("id")
-    return {str(k) for k in ids.to_pylist()}
+    return {str(k) for k in column_of(table).to_pylist()}
 
 
 # -- W1 ----------------------------------------------------------------------------------------

@@ -737,11 +737,23 @@ def _write_current(
     costs about what a second commit or a broadcast job does, measured) a batch with held keys
     makes one MERGE with an insert clause, as a first load makes one append."""
     if held and not split:
-        _merge(state, props, paths, commits[0], keys, within, broadcast=False, insert=True)
+        _merge(
+            state, props, paths, commits[0], keys, within, broadcast=False, insert=True, marks=False
+        )
         return
     if held:
         source = state.where("__stored")
-        _merge(source, props, paths, commits[0], keys, within, broadcast=broadcast, insert=False)
+        _merge(
+            source,
+            props,
+            paths,
+            commits[0],
+            keys,
+            within,
+            broadcast=broadcast,
+            insert=False,
+            marks=True,
+        )
     if new:
         rows = _with_hash(state.where("NOT __stored AND NOT __deleted"), props)
         append(_current_rows(rows, props), paths.current, commits[1])
@@ -757,12 +769,17 @@ def _merge(
     *,
     broadcast: bool,
     insert: bool,
+    marks: bool,
 ) -> None:
     """One MERGE of the keys' new rows into the current table: a deleted key's row goes, the
     others are updated, and — ``insert`` — the new ones inserted. ``keys``: the ids it matches,
     pushed into the condition for Delta's file skipping (up to ``KEY_PUSHDOWN_MAX``);
     ``within``: the id spans that hold every stored row of the source's keys, pushed in the
-    same way; ``broadcast``: hint Spark to broadcast the source."""
+    same way; ``broadcast``: hint Spark to broadcast the source; ``marks``: on a table with
+    deletion vectors on (``tables.deletion_vectors``), mark the replaced rows in them rather
+    than rewrite their files — the large path's choice. A few keys' MERGE (the driver fold)
+    rewrites: the vectors cost it more Spark jobs than the rewrite of a few files (quick
+    Batch 25: 65 jobs a batch with them, 38 without; BENCHMARKS.md)."""
     spark = state.sparkSession
     source = _with_hash(state, props)
     if broadcast:
@@ -776,8 +793,10 @@ def _merge(
     elif within is not None:
         condition = condition & _in_spans(F.col("t.id"), within)
 
+    conf = {**_MERGE_CONF, _MERGE_VECTORS: str(marks).lower()}
+
     def merge_current() -> None:
-        with idempotent(spark, paths.current, commit), session_conf(spark, _MERGE_CONF):
+        with idempotent(spark, paths.current, commit), session_conf(spark, conf):
             merge = (
                 DeltaTable.forPath(spark, paths.current)
                 .alias("t")
@@ -799,6 +818,10 @@ _MERGE_CONF = {
     # would copy it into its block manager again first (a Spark job, and the memory twice).
     "spark.databricks.delta.merge.materializeSource": "none",
 }
+
+
+_MERGE_VECTORS = "spark.databricks.delta.merge.deletionVectors.persistent"
+"""Whether a MERGE into a table with deletion vectors on writes them (Delta's default: yes)."""
 
 
 def _current_rows(hashed: DataFrame, props: list[str]) -> DataFrame:

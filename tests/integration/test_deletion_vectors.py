@@ -17,6 +17,8 @@ from pyspark.sql import SparkSession
 from streaming import apply as apply_module
 from streaming.evolution import DELETION_VECTORS_PROPERTY
 from streaming.maintain import maintain
+from streaming.outcomes import Outcome, Status
+from streaming.tables import read_table
 from tests.support import Workspace, request, upsert
 
 pytestmark = pytest.mark.spark
@@ -39,12 +41,15 @@ def _rows(path: str, *columns: str) -> list[tuple[Any, ...]]:
     return [tuple(r[c] for c in columns) for r in pa.table(batches).to_pylist()]
 
 
-def _vectors(path: str) -> int:
-    """Live data files of the table's latest version that carry a deletion vector, from the
+def _vectors(path: str, version: int | None = None) -> int:
+    """Live data files of the table's ``version`` (None: the latest) that carry a deletion
+    vector, from the
     Delta log itself (every commit's add and remove actions; a file is its path and vector: a
     MERGE adds a file again with a vector and removes it without)."""
     live: set[tuple[str, str]] = set()
     for commit in sorted(Path(path, "_delta_log").glob("*.json")):
+        if version is not None and int(commit.stem) > version:
+            break
         for line in commit.read_text().splitlines():
             action = json.loads(line)
             for kind in ("add", "remove"):
@@ -89,15 +94,20 @@ def _two_batches(spark: SparkSession, root: Path, *, vectors: bool, large: bool)
 
 
 @pytest.mark.parametrize("large", [False, True], ids=["driver fold", "executors' fold"])
-def test_merges_mark_rows_in_deletion_vectors_and_give_the_same_table(
+def test_merges_give_the_same_table_with_deletion_vectors(
     spark: SparkSession, tmp_path: Path, large: bool
 ) -> None:
+    """The executors' fold's MERGE marks the rows it replaces; the driver fold's (a few keys)
+    rewrites their files even on a table with vectors on (``apply._merge``)."""
     marked = _two_batches(spark, tmp_path / "on", vectors=True, large=large)
     rewritten = _two_batches(spark, tmp_path / "off", vectors=False, large=large)
 
     assert _property(marked) == "true"
     assert _property(rewritten) == "false"
-    assert _vectors(marked) >= 1, "the second batch's MERGE marked rows instead of rewriting"
+    if large:
+        assert _vectors(marked) >= 1, "the second batch's MERGE marked rows instead of rewriting"
+    else:
+        assert _vectors(marked) == 0
     assert _vectors(rewritten) == 0
     columns = ("id", "version", "name", "age", "hash")
     rows = _rows(marked, *columns)
@@ -138,3 +148,49 @@ def test_startup_switches_an_existing_tables_vectors(spark: SparkSession, tmp_pa
 
     ws.run_once(spark, ws.config(tables={"deletion_vectors": False}))
     assert _property(path) == "false"
+
+
+FAILING_VIEW = """\
+petstore.Zoo:
+  type: view
+  materialized: true
+  primaryKey: [id]
+  sql: SELECT name AS id, 1 / (age - age) AS total FROM @{pet}
+  using: {pet: petstore.Pet}
+  properties: {id: {type: string}, total: {type: integer}}
+"""
+
+
+def test_a_failed_transaction_restores_a_table_its_merge_marked(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The MERGE marks rows, a later table of the transaction fails (the view divides by zero),
+    and the segment is restored: the table reads as before, without the MERGE's vectors."""
+    ws = Workspace(tmp_path)
+    ws.dataset("petstore", PET + FAILING_VIEW)
+    cfg = ws.config(tables={"deletion_vectors": True})
+    ws.data(
+        "seed/petstore/Pet/part.json", *[{"id": f"p{n}", "name": "a", "age": n} for n in range(8)]
+    )
+    ws.requests(request("seed", upsert("./data/seed")))
+    job = ws.run_once(spark, cfg)
+    path = job.layout.object_table("petstore", "petstore.Pet").current
+    columns = ("id", "version", "name", "age", "hash")
+    before = _rows(path, *columns)
+
+    ws.data("change/petstore/Pet/part.json", {"id": "p1", "name": "b", "age": 1})
+    ws.requests(
+        request("bad", upsert("./data/change"), {"operation": "REFRESH", "target": "petstore.Zoo"})
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(apply_module, "DRIVER_FOLD_MAX_ROWS", 0)  # the MERGE that marks rows
+        ws.run_once(spark, cfg)
+
+    merges = [c for c in deltalake.DeltaTable(path).history() if c["operation"] == "MERGE"]
+    assert merges, "the transaction's MERGE was committed before the view failed"
+    assert _vectors(path, merges[0]["version"]) >= 1
+    assert _rows(path, *columns) == before
+    assert _vectors(path) == 0
+    outcomes = read_table(spark, job.layout.outcomes).collect()
+    failed = [Outcome.from_json(r["outcome"]) for r in outcomes if r["transaction_id"] == "bad"]
+    assert [o.status for o in failed] == [Status.FAILED]
