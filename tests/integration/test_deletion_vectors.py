@@ -19,16 +19,10 @@ from streaming.evolution import DELETION_VECTORS_PROPERTY
 from streaming.maintain import maintain
 from streaming.outcomes import Outcome, Status
 from streaming.tables import read_table
+from tests.integration.test_merge_pruning import PET
 from tests.support import Workspace, request, upsert
 
 pytestmark = pytest.mark.spark
-
-PET = """\
-petstore.Pet:
-  properties:
-    name: {type: string}
-    age: {type: integer}
-"""
 
 KEYS = 40
 
