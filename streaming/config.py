@@ -352,11 +352,12 @@ class TablesConfig(_Strict):
 
     deletion_vectors: bool = Field(
         False,
-        description="Deletion vectors on the current tables: a MERGE marks the rows it replaces "
-        "instead of rewriting their files, so its cost follows the changes, not the files "
-        "they touch. Readers must support the `deletionVectors` table feature (delta-rs "
-        "reads such tables through `QueryBuilder` only); turning it off later stops new "
-        "vectors, `cdc maintain --optimize` purges the old ones",
+        description="Deletion vectors on the current tables: a large batch's MERGE marks the "
+        "rows it replaces instead of rewriting the files that hold them, so its cost follows "
+        "the changes, not the files they touch (a small batch's still rewrites its few files). "
+        "Readers must support the `deletionVectors` table feature (delta-rs reads such tables "
+        "through `QueryBuilder` only); turning it off later stops new vectors, `cdc maintain "
+        "--optimize` purges the old ones",
     )
 
 
