@@ -37,9 +37,8 @@ def _rows(path: str, *columns: str) -> list[tuple[Any, ...]]:
 
 def _vectors(path: str, version: int | None = None) -> int:
     """Live data files of the table's ``version`` (None: the latest) that carry a deletion
-    vector, from the
-    Delta log itself (every commit's add and remove actions; a file is its path and vector: a
-    MERGE adds a file again with a vector and removes it without)."""
+    vector, from the Delta log itself (every commit's add and remove actions; a file is its
+    path and vector: a MERGE adds a file again with a vector and removes it without)."""
     live: set[tuple[str, str]] = set()
     for commit in sorted(Path(path, "_delta_log").glob("*.json")):
         if version is not None and int(commit.stem) > version:
