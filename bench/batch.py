@@ -23,7 +23,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from bench import data
-from bench.common import SHUFFLE_PARTITIONS, column, say, seed_tables
+from bench.common import SHUFFLE_PARTITIONS, column_of, say, seed_tables
 from bench.meter import BatchMeter
 from bench.ours import Workspace, run_job
 from bench.plain import plain_landing
@@ -111,7 +111,7 @@ def _copy(source: str, target: Path) -> str:
 
 def _rows(tables: dict[str, str]) -> int:
     """Rows of the three tables after the run (delta-rs, not timed)."""
-    return sum(len(column(p)) for p in tables.values())
+    return sum(len(column_of(p)) for p in tables.values())
 
 
 def _ratio(ours: float | None, theirs: float | None) -> float | None:

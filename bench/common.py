@@ -17,7 +17,7 @@ SHUFFLE_PARTITIONS = 4
 """The config's default ``spark.shuffle_partitions``; the session uses the same."""
 
 
-def column(table: str, name: str = "id") -> pa.ChunkedArray:
+def column_of(table: str, name: str = "id") -> pa.ChunkedArray:
     """One column of a Delta table's live rows, read with delta-rs after the timed part —
     through DataFusion (``QueryBuilder``), which applies deletion vectors
     (``to_pyarrow_table`` refuses a table that has them: ``--deletion-vectors``)."""

@@ -26,8 +26,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from bench import baselines, batch, cold, data, kafka
-from bench.common import SHUFFLE_PARTITIONS, rate, say, seed_tables
-from bench.common import column as column_of
+from bench.common import SHUFFLE_PARTITIONS, column_of, rate, say, seed_tables
 from bench.ours import TABLES, OurRun, Workspace, run_job
 from bench.sizes import Sizes
 from connectors.kafka_broker import LocalKafkaBroker

@@ -735,10 +735,11 @@ def _write_current(
     without an insert clause (at ``commits[0]``'s step) and new ones by an append: two
     commits. Without it (a small batch: the shuffle is of the few files its keys are in and
     costs about what a second commit or a broadcast job does, measured) a batch with held keys
-    makes one MERGE with an insert clause, as a first load makes one append."""
+    makes one MERGE with an insert clause, as a first load makes one append. On a table with
+    deletion vectors on, only a split write's MERGE marks rows in them (``_merge``'s ``marks``)."""
     if held and not split:
         _merge(
-            state, props, paths, commits[0], keys, within, broadcast=False, insert=True, marks=False
+            state, props, paths, commits[0], keys, within, broadcast=False, insert=True, marks=split
         )
         return
     if held:
@@ -752,7 +753,7 @@ def _write_current(
             within,
             broadcast=broadcast,
             insert=False,
-            marks=True,
+            marks=split,
         )
     if new:
         rows = _with_hash(state.where("NOT __stored AND NOT __deleted"), props)
