@@ -223,3 +223,64 @@ def test_whole_input_replayed_on_a_fresh_checkpoint_changes_no_table(
     assert sorted((d["id"], d["version"]) for d in dogs) == [("dog1", 1), ("dog3", 1)]
     newest = read_table(spark, last.layout.outcomes).where("transaction_id = 'tx-3'").collect()
     assert [(r["status"], r["batch_id"]) for r in newest] == [("COMMITTED", 0)]
+
+
+def test_a_first_load_killed_before_history_is_rolled_forward_from_its_append(
+    spark: SparkSession, ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first load's history is the current table as its append wrote it. Killed before the
+    history append, the replay skips the append already made and reads the table at the
+    version that append made — not the latest: a commit after it (here another writer's) is
+    not history of this batch."""
+    raws = seed(ws)
+    job = Job.create(spark, ws.config())
+    monkeypatch.setattr(apply_module, "DRIVER_FOLD_MAX_ROWS", 0)  # the large path
+    first_rows: list[int] = []
+    real_first_rows = apply_module.first_rows
+
+    def counted(*args: object, **kwargs: object) -> DataFrame:
+        first_rows.append(1)
+        return real_first_rows(*args, **kwargs)  # type: ignore[arg-type]
+
+    def killed(*_: object) -> None:
+        raise _Killed()
+
+    monkeypatch.setattr(apply_module, "first_rows", counted)
+    monkeypatch.setattr(sink_module, "append_history", killed)
+    with pytest.raises(_Killed):
+        job.sink.process(raws, batch_id=0)
+    paths = job.layout.object_table("petstore", "petstore.Dog")
+    appended = deltalake.DeltaTable(paths.current)
+    written = appended.to_pyarrow_table().to_pylist()
+    assert first_rows and appended.history(1)[0]["operation"] == "WRITE"
+    other = spark.createDataFrame([written[0]], read_table(spark, paths.current).schema)
+    other.write.format("delta").mode("append").save(paths.current)  # not this batch's commit
+
+    monkeypatch.setattr(sink_module, "append_history", apply_module.append_history)
+    restarted = Job.create(spark, ws.config())
+    (outcome,) = restarted.sink.process(raws, batch_id=0)
+    assert outcome.status is Status.COMMITTED and outcome.actions[0].inserted == 2
+    assert len(first_rows) == 2  # the replay took the same path
+    history = deltalake.DeltaTable(paths.history).to_pyarrow_table().to_pylist()
+    columns = ("id", "version", "created", "updated", "hash", "name")
+    assert sorted(tuple(h[c] for c in columns) for h in history) == sorted(
+        tuple(w[c] for c in columns) for w in written
+    )
+    assert {(h["__op"], h["__deleted"], h["__transaction_id"]) for h in history} == {
+        ("i", False, "tx-1")
+    }
+
+
+def test_the_version_an_append_made_is_found_again_on_a_replay(
+    spark: SparkSession, ws: Workspace
+) -> None:
+    path = str(ws.root / "table")
+    first = BatchCommit("q@c1", 3, T0, 1)
+    second = BatchCommit("q@c1", 3, T0, 2)
+    rows = spark.createDataFrame([("a",)], "id string")
+    assert tables_module.append(rows, path, first)
+    made = tables_module.appended_version(spark, path, first, made=True)
+    assert tables_module.append(rows, path, second)
+    assert not tables_module.append(rows, path, first)  # the replay's: already made
+    assert tables_module.appended_version(spark, path, first, made=False) == made == 0
+    assert tables_module.appended_version(spark, path, second, made=True) == 1
