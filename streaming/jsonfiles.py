@@ -27,10 +27,12 @@ INSERT_IGNORE) take this path; everything else is read load by load (``streaming
 
 from __future__ import annotations
 
+import operator
 import os
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import reduce
 from urllib.parse import unquote
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -281,14 +283,14 @@ def _build_change_columns(schema: SchemaDef) -> tuple[list[Column], list[Column]
 
     types = {f.name: f.dataType for f in schema.spark_schema().fields}
     values: list[Column] = []
-    bad: list[Column] = []
+    bad: list[tuple[str, Column]] = []
     for prop, target in types.items():
         value = raw(prop)
         nested = F.regexp_like(F.schema_of_variant(value), F.lit("^(OBJECT|ARRAY)"))
         wrong_shape = nested != F.lit(isinstance(target, ArrayType | MapType | StructType))
         cast = F.when(~wrong_shape, F.try_variant_get(value, "$", target.simpleString()))
         values.append(cast.alias(prop))
-        bad.append(F.when(value.isNotNull() & cast.isNull(), F.lit(prop)))
+        bad.append((prop, value.isNotNull() & cast.isNull()))
     kind = F.col("kind")
     tombstone = schema.tombstone
     if tombstone is not None:
@@ -305,10 +307,21 @@ def _build_change_columns(schema: SchemaDef) -> tuple[list[Column], list[Column]
         F.lit(None).cast("long").alias("__version"),
         F.lit(None).cast("timestamp").alias("__created"),
         F.struct(*values).alias("data"),
-        F.array_compact(F.array(*bad)).alias("__bad_cols"),
+        mistyped(bad).alias("__bad_cols"),
         (F.col("m").isNull() | F.coalesce(F.col("__repeated"), F.lit(False))).alias("__corrupt"),
     ]
     return parse, columns
+
+
+def mistyped(bad: Sequence[tuple[str, Column]]) -> Column:
+    """A change row's ``__bad_cols``: the names of the properties whose values did not fit
+    their types (``bad`` pairs each property with that condition), NULL when all fit. The
+    array is built only for a row where one did not fit: built for every row, it cost the
+    check job ~0.35 s per million rows of a DMS file with two numeric columns."""
+    if not bad:
+        return F.lit(None).cast(ArrayType(StringType()))
+    names = F.array(*[F.when(wrong, F.lit(prop)) for prop, wrong in bad])
+    return F.when(reduce(operator.or_, [wrong for _, wrong in bad]), F.array_compact(names))
 
 
 def _row(schema: SchemaDef) -> Column:

@@ -40,7 +40,13 @@ from streaming.catalog import SchemaDef
 from streaming.core.columns import ColumnFormat, resolve_columns
 from streaming.core.fold import ChangeKind
 from streaming.errors import RejectedError
-from streaming.jsonfiles import BATCHED_KINDS, batchable, local_or_hadoop_lister, read_json_loads
+from streaming.jsonfiles import (
+    BATCHED_KINDS,
+    batchable,
+    local_or_hadoop_lister,
+    mistyped,
+    read_json_loads,
+)
 from streaming.plan import Files, Load, SchemaRows
 from streaming.reads import Reader, filtered
 from streaming.requests import DataFormat, Operation
@@ -461,11 +467,11 @@ def _changes_of(
             code="TYPE_MISMATCH",
         )
     values: dict[str, Column] = {p: F.lit(None).cast(types[p]) for p in props}
-    bad: list[Column] = []
+    bad: list[tuple[str, Column]] = []
     for prop in present:
         src = F.col(f"`{sources[prop]}`")
         values[prop] = src.try_cast(types[prop])
-        bad.append(F.when(src.isNotNull() & values[prop].isNull(), F.lit(prop)))
+        bad.append((prop, src.isNotNull() & values[prop].isNull()))
     columns = (
         F.array(*[F.lit(p) for p in present]) if load.kind is ChangeKind.PATCH else F.lit(None)
     )
@@ -495,9 +501,7 @@ def _changes_of(
         F.lit(version).cast("long").alias("__version"),
         F.lit(created).cast("timestamp").alias("__created"),
         F.struct(*[values[p].alias(p) for p in props]).alias("data"),
-        (F.array_compact(F.array(*bad)) if bad else F.array().cast("array<string>")).alias(
-            "__bad_cols"
-        ),
+        mistyped(bad).alias("__bad_cols"),
         corrupt.alias("__corrupt"),
     )
     return _with_scope_deletes(load, reader, changes, version)
@@ -573,7 +577,7 @@ def _with_scope_deletes(
         F.lit(version).cast("long").alias("__version"),
         F.lit(None).cast("timestamp").alias("__created"),
         F.lit(None).cast(props).alias("data"),
-        F.array().cast("array<string>").alias("__bad_cols"),
+        mistyped([]).alias("__bad_cols"),
         F.lit(False).alias("__corrupt"),
     )
     return changes.unionByName(out)
@@ -650,7 +654,7 @@ def _check_stats(union: DataFrame, distinct: Sequence[int], *, every: bool) -> l
     per_id = union.groupBy(ordinal.alias("ordinal"), counted_id.alias("counted")).agg(
         F.sum(F.col("__corrupt").cast("int")).alias("corrupt"),
         F.sum(F.col("id").isNull().cast("int")).alias("no_id"),
-        F.sum((F.size("__bad_cols") > 0).cast("int")).alias("bad_rows"),
+        F.sum(F.col("__bad_cols").isNotNull().cast("int")).alias("bad_rows"),
         F.count(F.lit(1)).alias("rows"),
     )
     return (
@@ -684,7 +688,7 @@ def _mistyped_columns(union: DataFrame, ordinals: list[int]) -> dict[int, list[s
     ordinal = F.shiftright(F.col("__seq").cast("long"), SEQ_SHIFT)
     found: dict[int, list[str]] = defaultdict(list)
     for row in (
-        union.where(_ordinal_in(ordinal, ordinals) & (F.size("__bad_cols") > 0))
+        union.where(_ordinal_in(ordinal, ordinals) & F.col("__bad_cols").isNotNull())
         .select(ordinal.alias("ordinal"), F.explode("__bad_cols").alias("column"))
         .distinct()
         .collect()
