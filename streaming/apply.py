@@ -22,9 +22,8 @@ Two ways to run the same fold, chosen by the number of changes:
   is materialised once for the counts and the writes. A current table with no rows (a first
   load) reads nothing and is appended to instead of merged; when it has no tombstones either
   and no key has two changes, each change's row is a projection (``sqlfold.first_rows``)
-  instead of a fold, written as it is computed (nothing materialised; history reads the
-  append back). A schema with a map-typed property keeps the Python fold in a worker per
-  partition (``mapInArrow``).
+  instead of a fold, written as it is computed (nothing materialised). A schema with a
+  map-typed property keeps the Python fold in a worker per partition (``mapInArrow``).
 
 Both paths name in the stored-row read and the MERGE condition either the keys themselves (up
 to ``KEY_PUSHDOWN_MAX``) or the id spans of the current table that can hold them
@@ -73,7 +72,6 @@ from streaming.sqlfold import first_rows, fold_rows, has_map, supported
 from streaming.tables import (
     BatchCommit,
     append,
-    appended_version,
     holds_no_rows,
     id_ranges,
     idempotent,
@@ -641,42 +639,27 @@ def _apply_first_load(
     job found unique): each change's row is a projection (``sqlfold.first_rows``) of the
     cached changes, nothing grouped, joined, merged or materialised — a count, then one append
     of the inserted rows, hashed as they are written (a big file of one row group comes spread
-    over the cores: ``loads._spread``). History is those rows as the append wrote them: the
-    current table read at that version (the changes' cache is gone when history is appended,
-    and the table's files are what was committed), with its load's transaction."""
+    over the cores: ``loads._spread``). History is the same projection again, appended after
+    the batch's last wave: the changes stay cached until the batch ends (``loads.load_wave``'s
+    ``held``), and the projection and hash give the same rows each time."""
     spark = changes.sparkSession
     props = [f.name for f in data_schema.fields]
     mark = StructType([data_schema[c] for c in watermark]) if watermark else None
     rows = first_rows(changes, data=data_schema, watermark=watermark, at=commits[0].at)
     counts: dict[tuple[int, Effect], int] = defaultdict(int)
     deletes = 0
-    transactions: set[str] = set()
     for r in (
-        rows.groupBy(
-            F.shiftright("__seq", SEQ_SHIFT).alias("ordinal"), "__tx", "__effect", "__deleted"
-        )
+        rows.groupBy(F.shiftright("__seq", SEQ_SHIFT).alias("ordinal"), "__effect", "__deleted")
         .count()
         .collect()
     ):
         counts[(int(r["ordinal"]), r["__effect"])] += int(r["count"])
         deletes += int(r["count"]) if r["__deleted"] else 0
-        transactions.add(r["__tx"])
     history = None
     if _writes(counts):
-        if len(transactions) != 1:  # ``unique``: one load, so one transaction
-            raise RuntimeError(f"a first load of {len(transactions)} transactions")
         inserted = _with_hash(rows.where("__effect = 'inserted'"), props)
-        made = append(_current_rows(inserted, props), paths.current, commits[1])
-        written = appended_version(spark, paths.current, commits[1], made=made)
-        history = _history_of(
-            read_table(spark, paths.current, written).select(
-                *_current_rows_columns(props),
-                F.lit(False).alias("__deleted"),
-                F.lit("i").alias("__op"),
-                F.lit(transactions.pop()).alias("__tx"),
-            ),
-            props,
-        )
+        append(_current_rows(inserted, props), paths.current, commits[1])
+        history = _history_of(inserted, props)
     if deletes:
         _append_tombstones(rows.where("__deleted"), paths, commits[0], mark)
     return TableResult(dict(counts), latest_version(spark, paths.current), history)
@@ -844,11 +827,7 @@ _MERGE_VECTORS = "spark.databricks.delta.merge.deletionVectors.persistent"
 
 def _current_rows(hashed: DataFrame, props: list[str]) -> DataFrame:
     """Rows of ``_with_hash`` as the current table holds them."""
-    return hashed.select(*_current_rows_columns(props))
-
-
-def _current_rows_columns(props: list[str]) -> list[str]:
-    return ["id", "version", "created", "updated", "hash", *props]
+    return hashed.select("id", "version", "created", "updated", "hash", *props)
 
 
 def _append_tombstones(

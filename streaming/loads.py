@@ -227,7 +227,11 @@ class Loaded:
 
 @contextmanager
 def load_wave(
-    spark: SparkSession, loads: Sequence[Load], reader: Reader
+    spark: SparkSession,
+    loads: Sequence[Load],
+    reader: Reader,
+    *,
+    held: list[DataFrame] | None = None,
 ) -> Iterator[tuple[list[Loaded], dict[str, RejectedError]]]:
     """The change rows of a wave's loads read at the reader's versions and checked by one
     Spark job; the transactions whose data is wrong, each with the error of its first load
@@ -236,7 +240,9 @@ def load_wave(
 
     The rows are cached while the ``with`` block runs: the check job reads the sources once,
     and folding and writing the wave reuse those rows instead of reading and parsing the files
-    (or the pinned table versions) again."""
+    (or the pinned table versions) again. Given ``held``, the cached frames are put there when
+    the block ends, for the caller to unpersist: a first load's history, appended after the
+    batch's last wave, is computed from them (``apply._apply_first_load``)."""
     errors: dict[int, RejectedError] = {}
     batched = [load for load in loads if batchable(load)]
     groups, refused, records = read_json_loads(
@@ -280,8 +286,11 @@ def load_wave(
     finally:
         if records is not None:
             records.unpersist()
-        for frame in cached:
-            frame.unpersist()
+        if held is not None:
+            held.extend(cached)
+        else:
+            for frame in cached:
+                frame.unpersist()
 
 
 def _dms_together(

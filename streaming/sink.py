@@ -89,6 +89,9 @@ class Sink:
     """The ledger's ids held on the driver between batches (``ledger.HeldIds``)."""
     _finished: int | None = field(default=None, init=False)
     """The last batch this sink ran to its end (``replay_possible``)."""
+    _held: list[DataFrame] = field(default_factory=list, init=False)
+    """The batch's cached change rows (``loads.load_wave``), unpersisted when it ends: history
+    is appended after every wave, and a first load's is computed from them."""
 
     def __post_init__(self) -> None:
         self.sessions = Sessions(self.spark, self.writers)
@@ -121,13 +124,18 @@ class Sink:
         meter = Meter.start(self.spark, [*tables, *self._histories(planned), *self._system])
         applied = Applied()
         crash_point("before_first_commit")
-        for segment in segments(planned):
-            self._apply_segment(segment, timeline, applied, rejected)
-        crash_point("after_tables")
-        commit = timeline.commit()
-        valid = [p for p in planned if p.request.transaction_id not in rejected]
-        outcomes = self._outcomes(verdicts, valid, rejected, applied, commit)
-        self._record(verdicts, outcomes, rejected, applied.history, commit)
+        try:
+            for segment in segments(planned):
+                self._apply_segment(segment, timeline, applied, rejected)
+            crash_point("after_tables")
+            commit = timeline.commit()
+            valid = [p for p in planned if p.request.transaction_id not in rejected]
+            outcomes = self._outcomes(verdicts, valid, rejected, applied, commit)
+            self._record(verdicts, outcomes, rejected, applied.history, commit)
+        finally:
+            for frame in self._held:
+                frame.unpersist()
+            self._held.clear()
         self._progress(batch_id, outcomes, applied, time.monotonic() - started, meter.stop())
         self._finished = batch_id
         return outcomes
@@ -198,9 +206,9 @@ class Sink:
         self, loads: Sequence[Load], timeline: Timeline
     ) -> AbstractContextManager[tuple[list[Loaded], dict[str, RejectedError]]]:
         """Change rows of ``loads`` read at the timeline's versions, checked by one Spark job,
-        cached until the ``with`` block ends; the transactions whose data is wrong, with their
-        error."""
-        return load_wave(self.spark, loads, self._reader(timeline))
+        cached until the batch ends (``_held``); the transactions whose data is wrong, with
+        their error."""
+        return load_wave(self.spark, loads, self._reader(timeline), held=self._held)
 
     def _apply_segment(
         self,

@@ -281,16 +281,6 @@ def _delta_log(spark: SparkSession, path: str) -> Any:
     return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
 
 
-def appended_version(spark: SparkSession, path: str, commit: BatchCommit, *, made: bool) -> int:
-    """The version of the table at ``path`` that ``commit``'s append made: the latest when
-    ``made`` just now (the job is the only writer of its tables), else — a replay, the append
-    made before the crash — the version its commit holds in the log (later steps of the batch
-    may have committed after it)."""
-    if made:
-        return latest_version(spark, path)
-    return batch_commits(spark, path, commit.query, commit.batch_id)[commit.step][0]
-
-
 def latest_version(spark: SparkSession, path: str) -> int:
     """The table's latest version, from its log on the driver (no Spark job, unlike
     ``DeltaTable.history``): Delta lists the log from its last checkpoint."""

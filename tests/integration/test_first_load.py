@@ -67,6 +67,8 @@ def _load(
         for number, rows in enumerate(files, start=1):
             zone.drop("sales.Order", f"LOAD{number:08d}.parquet", rows, ORDER)
         ws.run_once(spark, ws.config(landing={"dms": "./landing/dms"}))
+    # The changes stay cached until history is appended, then the batch releases them.
+    assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
     warehouse = root / "warehouse" / "sales"
     table = warehouse / "sales" / "Order"
     operations = [c["operation"] for c in deltalake.DeltaTable(str(table)).history()]

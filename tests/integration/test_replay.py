@@ -228,10 +228,10 @@ def test_whole_input_replayed_on_a_fresh_checkpoint_changes_no_table(
 def test_a_first_load_killed_before_history_is_rolled_forward_from_its_append(
     spark: SparkSession, ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A first load's history is the current table as its append wrote it. Killed before the
-    history append, the replay skips the append already made and reads the table at the
-    version that append made — not the latest: a commit after it (here another writer's) is
-    not history of this batch."""
+    """A first load's history is the rows its append wrote, projected again from the load's
+    rows (cached until the batch ends). Killed before the history append, the replay skips
+    the append already made and appends those same rows to history: not the table's rows — a
+    commit after the append (here another writer's) is not history of this batch."""
     raws = seed(ws)
     job = Job.create(spark, ws.config())
     monkeypatch.setattr(apply_module, "DRIVER_FOLD_MAX_ROWS", 0)  # the large path
@@ -249,6 +249,7 @@ def test_a_first_load_killed_before_history_is_rolled_forward_from_its_append(
     monkeypatch.setattr(sink_module, "append_history", killed)
     with pytest.raises(_Killed):
         job.sink.process(raws, batch_id=0)
+    assert spark._jsparkSession.sharedState().cacheManager().isEmpty()  # released all the same
     paths = job.layout.object_table("petstore", "petstore.Dog")
     appended = deltalake.DeltaTable(paths.current)
     written = appended.to_pyarrow_table().to_pylist()
@@ -269,18 +270,3 @@ def test_a_first_load_killed_before_history_is_rolled_forward_from_its_append(
     assert {(h["__op"], h["__deleted"], h["__transaction_id"]) for h in history} == {
         ("i", False, "tx-1")
     }
-
-
-def test_the_version_an_append_made_is_found_again_on_a_replay(
-    spark: SparkSession, ws: Workspace
-) -> None:
-    path = str(ws.root / "table")
-    first = BatchCommit("q@c1", 3, T0, 1)
-    second = BatchCommit("q@c1", 3, T0, 2)
-    rows = spark.createDataFrame([("a",)], "id string")
-    assert tables_module.append(rows, path, first)
-    made = tables_module.appended_version(spark, path, first, made=True)
-    assert tables_module.append(rows, path, second)
-    assert not tables_module.append(rows, path, first)  # the replay's: already made
-    assert tables_module.appended_version(spark, path, first, made=False) == made == 0
-    assert tables_module.appended_version(spark, path, second, made=True) == 1
