@@ -133,9 +133,7 @@ class Sink:
             outcomes = self._outcomes(verdicts, valid, rejected, applied, commit)
             self._record(verdicts, outcomes, rejected, applied.history, commit)
         finally:
-            for frame in self._held:
-                frame.unpersist()
-            self._held.clear()
+            self._release()
         self._progress(batch_id, outcomes, applied, time.monotonic() - started, meter.stop())
         self._finished = batch_id
         return outcomes
@@ -210,6 +208,12 @@ class Sink:
         their error."""
         return load_wave(self.spark, loads, self._reader(timeline), held=self._held)
 
+    def _release(self, start: int = 0) -> None:
+        """Unpersist the batch's cached change rows from the ``start``-th on."""
+        for frame in self._held[start:]:
+            frame.unpersist()
+        del self._held[start:]
+
     def _apply_segment(
         self,
         segment: Sequence[PlannedTransaction],
@@ -229,6 +233,7 @@ class Sink:
         start: dict[str, int] = {}
         history: list[tuple[TableResult, ObjectTable, BatchCommit]] = []
         done: dict[int, tuple[dict[Effect, int], int]] = {}
+        held = len(self._held)  # a failed attempt's cached rows: released before the retry
         try:
             for number, planned_wave in enumerate(waves([ld for p in live for ld in p.loads])):
                 wave = [load for load in planned_wave if load.transaction_id not in rejected]
@@ -243,6 +248,7 @@ class Sink:
                     self._apply_wave(wave, loaded, timeline, done, history)
         except _Rejected as e:
             log.warning("batch %s: %s rejected while applying: %s", timeline.batch_id, e.tid, e)
+            self._release(held)
             timeline.restore(start)
             rejected[e.tid] = e.error
             rest = [p for p in live if p.request.transaction_id not in rejected]
@@ -251,6 +257,7 @@ class Sink:
             return
         except Exception as e:
             log.exception("batch %s: a segment failed; restoring %s", timeline.batch_id, start)
+            self._release(held)
             timeline.restore(start)
             if len(live) > 1:  # isolate the failing transaction
                 for plan in live:

@@ -10,6 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from streaming.outcomes import Outcome, Status
+from streaming.sink import Sink
 from streaming.tables import read_table
 from tests.support import Workspace, request
 
@@ -35,7 +36,7 @@ def upsert(location: str) -> dict[str, Any]:
 
 
 def test_second_table_failing_changes_neither_table_and_others_commit(
-    spark: SparkSession, ws: Workspace
+    spark: SparkSession, ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws.dataset("petstore", DATASET)
     ws.data("dogs/petstore/Dog/part.json", {"id": "dog1", "name": "Rex", "age": 3})
@@ -50,7 +51,19 @@ def test_second_table_failing_changes_neither_table_and_others_commit(
         request("tx-bad", upsert("./data/bad"), refresh),
         request("tx-c", upsert("./data/c")),
     )
+    held: list[int] = []  # the batch's cached change rows when each wave is loaded
+    load = Sink._load
+
+    def spy(self: Sink, *args: Any) -> Any:
+        held.append(len(self._held))
+        return load(self, *args)
+
+    monkeypatch.setattr(Sink, "_load", spy)
     job = ws.run_once(spark)
+    # The rows of an attempt that failed are released before the next: the whole segment's,
+    # then tx-a's kept (for history) while tx-bad is tried alone, tx-bad's released.
+    assert held == [0, 0, 1, 1]
+    assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
 
     cats = deltalake.DeltaTable(job.layout.table("petstore", "petstore.Cat")).to_pyarrow_table()
     assert sorted(cats.column("id").to_pylist()) == ["cat-a", "cat-c"]
