@@ -61,6 +61,14 @@ def main(argv: list[str] | None = None) -> int:
         "('deltars' = both delta-rs ones, 'none' = ours only; default: all)",
     )
     parser.add_argument(
+        "--w2-extra-props",
+        type=int,
+        metavar="N",
+        help="W2 (not Scale or FullLoad): N properties p01, p02, ... (string and integer in "
+        "turn) added to the table's 4, in the dataset, the seeded rows, the DMS files and the "
+        "baselines' MERGEs (default 0: W2 as it is)",
+    )
+    parser.add_argument(
         "--scale-rows",
         metavar="SMALL,LARGE",
         help="The Scale workloads: the two table sizes (default 1000000,10000000; "
@@ -175,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
             if value < 1:
                 parser.error(f"--{flag.replace('_', '-')}: expected a positive number")
             sizes = replace(sizes, **{field: value})
+    if args.w2_extra_props is not None:
+        if args.w2_extra_props < 0:
+            parser.error("--w2-extra-props: expected 0 or a positive number")
+        sizes = replace(sizes, w2_extra_props=args.w2_extra_props)
     if args.w2_baselines is not None:
         sizes = replace(sizes, w2_baselines=_w2_baselines(args.w2_baselines, parser))
     if args.scale_rows:

@@ -39,7 +39,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from bench.data import W1_PROPS, W2_PROPS
+from bench.data import W1_PROPS, W2_PROPERTIES, Prop
 from connectors.sources import BINARY_FILE_SCHEMA
 
 W1_ROW = StructType(
@@ -51,16 +51,22 @@ W1_ROW = StructType(
         StructField("status", StringType()),
     ]
 )
-DMS_SCHEMA = StructType(
-    [
-        StructField("ID", StringType()),
-        StructField("OWNER", StringType()),
-        StructField("BALANCE", LongType()),
-        StructField("STATUS", StringType()),
-        StructField("TS", LongType()),
-        StructField("Op", StringType()),
-    ]
-)
+SPARK_TYPES = {"string": StringType(), "integer": LongType()}
+"""The Spark type of a W2 property's DMS column, by its type in the dataset YAML."""
+
+
+def dms_schema(props: Sequence[Prop] = W2_PROPERTIES) -> StructType:
+    """The Spark schema of W2's DMS files with the properties ``props`` (``data.dms_types``)."""
+    return StructType(
+        [
+            StructField("ID", StringType()),
+            *[StructField(name.upper(), SPARK_TYPES[kind]) for name, kind, _ in props],
+            StructField("Op", StringType()),
+        ]
+    )
+
+
+DMS_SCHEMA = dms_schema()
 
 
 @dataclass
@@ -319,9 +325,12 @@ def _latest_per_key(df: DataFrame) -> DataFrame:
     )
 
 
-def _w2_merge_sets() -> tuple[dict[str, str | Column], dict[str, str | Column]]:
-    values: dict[str, str | Column] = {p: F.col(f"s.{p.upper()}") for p in W2_PROPS}
-    digest = _hash(*[f"s.{p.upper()}" for p in W2_PROPS])
+def _w2_merge_sets(
+    props: Sequence[Prop],
+) -> tuple[dict[str, str | Column], dict[str, str | Column]]:
+    names = [name for name, _, _ in props]
+    values: dict[str, str | Column] = {p: F.col(f"s.{p.upper()}") for p in names}
+    digest = _hash(*[f"s.{p.upper()}" for p in names])
     now = F.expr("current_timestamp()")
     update: dict[str, str | Column] = {
         **values,
@@ -340,9 +349,12 @@ def _w2_merge_sets() -> tuple[dict[str, str | Column], dict[str, str | Column]]:
     return update, insert
 
 
-def _w2_merge(spark: SparkSession, table: str, changes: DataFrame) -> None:
-    """One MERGE of changes resolved per key (one row per ID), guarded against stale rows."""
-    update, insert = _w2_merge_sets()
+def _w2_merge(
+    spark: SparkSession, table: str, changes: DataFrame, props: Sequence[Prop] = W2_PROPERTIES
+) -> None:
+    """One MERGE of changes resolved per key (one row per ID), guarded against stale rows;
+    it sets every property of ``props``."""
+    update, insert = _w2_merge_sets(props)
     (
         DeltaTable.forPath(spark, table)
         .alias("t")
@@ -354,15 +366,22 @@ def _w2_merge(spark: SparkSession, table: str, changes: DataFrame) -> None:
     )
 
 
-def naive_w2(spark: SparkSession, root: Path, zone: Path, table: str) -> BaselineRun:
+def naive_w2(
+    spark: SparkSession,
+    root: Path,
+    zone: Path,
+    table: str,
+    props: Sequence[Prop] = W2_PROPERTIES,
+) -> BaselineRun:
     """One Delta MERGE per DMS file (its changes resolved per key first), in file order."""
     run = BaselineRun(0.0, 0, 0)
+    schema = dms_schema(props)
 
     def batch(df: DataFrame, _batch_id: int) -> None:
         for row in _in_order(df, content=False):
-            changes = _latest_per_key(spark.read.schema(DMS_SCHEMA).parquet(row["path"]))
+            changes = _latest_per_key(spark.read.schema(schema).parquet(row["path"]))
             started = time.perf_counter()
-            _w2_merge(spark, table, changes)
+            _w2_merge(spark, table, changes, props)
             run.per_item.append(time.perf_counter() - started)
             run.transactions += 1
 
@@ -385,14 +404,20 @@ def _latest_of_all(df: DataFrame) -> DataFrame:
     )
 
 
-def plain_w2(spark: SparkSession, root: Path, zone: Path, table: str) -> BaselineRun:
+def plain_w2(
+    spark: SparkSession,
+    root: Path,
+    zone: Path,
+    table: str,
+    props: Sequence[Prop] = W2_PROPERTIES,
+) -> BaselineRun:
     """What a user writes instead of our job: a streaming query over the DMS zone (every file
     in one micro-batch), whose ``foreachBatch`` keeps each key's latest change and runs ONE
     Delta MERGE of all of them, ``s.TS >= t.ts`` guarding stale changes (as naive does).
     ``transactions`` counts its micro-batches (one MERGE each): 1 when all went in one."""
     run = BaselineRun(0.0, 0, 0)
     stream = (
-        spark.readStream.schema(DMS_SCHEMA)
+        spark.readStream.schema(dms_schema(props))
         .option("recursiveFileLookup", "true")
         .option("pathGlobFilter", "*.parquet")
         .parquet(str(zone))
@@ -405,7 +430,7 @@ def plain_w2(spark: SparkSession, root: Path, zone: Path, table: str) -> Baselin
 
     def batch(df: DataFrame, _batch_id: int) -> None:
         started = time.perf_counter()
-        _w2_merge(spark, table, _latest_of_all(df))
+        _w2_merge(spark, table, _latest_of_all(df), props)
         run.per_item.append(time.perf_counter() - started)
         run.transactions += 1
 
@@ -413,11 +438,17 @@ def plain_w2(spark: SparkSession, root: Path, zone: Path, table: str) -> Baselin
     return run
 
 
-def append_w2(spark: SparkSession, root: Path, zone: Path, bronze: Path) -> BaselineRun:
+def append_w2(
+    spark: SparkSession,
+    root: Path,
+    zone: Path,
+    bronze: Path,
+    props: Sequence[Prop] = W2_PROPERTIES,
+) -> BaselineRun:
     """The limit: the DMS files' rows appended as they are by a streaming Delta sink."""
     started = time.perf_counter()
     query = (
-        spark.readStream.schema(DMS_SCHEMA)
+        spark.readStream.schema(dms_schema(props))
         .option("recursiveFileLookup", "true")
         .option("pathGlobFilter", "*.parquet")
         .parquet(str(zone))
@@ -441,14 +472,18 @@ def _dms_table(paths: Sequence[Path]) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-def _deltars_merge(table: str, changes: pa.Table) -> None:
+def _deltars_merge(table: str, changes: pa.Table, props: Sequence[Prop] = W2_PROPERTIES) -> None:
     frame = changes.to_pandas().sort_values(["id", "ts", "seq"], kind="stable")
     latest = pa.Table.from_pandas(
         frame.drop_duplicates("id", keep="last").drop(columns=["seq"]), preserve_index=False
     )
+    types = changes.schema.remove(changes.schema.get_field_index("seq"))
+    if latest.schema != types:  # pandas made an integer column with NULLs float64: back
+        latest = latest.cast(types)
     latest = latest.append_column("now", _rs_now(latest.num_rows))
-    digest = "encode(sha256(concat_ws('|', s.owner, s.balance, s.status, s.ts)), 'hex')"
-    values = {p: f"s.{p}" for p in W2_PROPS}
+    names = [name for name, _, _ in props]
+    digest = f"encode(sha256(concat_ws('|', {', '.join(f's.{p}' for p in names)})), 'hex')"
+    values = {p: f"s.{p}" for p in names}
     (
         deltalake.DeltaTable(table)
         .merge(latest, "t.id = s.id", source_alias="s", target_alias="t")
@@ -481,14 +516,20 @@ def without_change_feed(table: str) -> None:
     )
 
 
-def deltars_w2(paths: Sequence[Path], table: str, *, per_file: bool) -> BaselineRun:
+def deltars_w2(
+    paths: Sequence[Path],
+    table: str,
+    *,
+    per_file: bool,
+    props: Sequence[Prop] = W2_PROPERTIES,
+) -> BaselineRun:
     """delta-rs MERGE of the DMS changes: one per file (``per_file``) or one of all of them."""
     run = BaselineRun(0.0, 0, 0)
     started = time.perf_counter()
     groups = [[p] for p in paths] if per_file else [list(paths)]
     for group in groups:
         begun = time.perf_counter()
-        _deltars_merge(table, _dms_table(group))
+        _deltars_merge(table, _dms_table(group), props)
         run.per_item.append(time.perf_counter() - begun)
         run.transactions += len(group)
     run.seconds = time.perf_counter() - started

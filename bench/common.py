@@ -38,15 +38,24 @@ def seed_tables(
     sizes: Sizes,
     *,
     shuffled: bool = False,
+    w2_props: Sequence[data.Prop] = data.W2_PROPERTIES,
 ) -> dict[str, str]:
     """Seed each schema's current table (``shuffled``: rows in random id order across the
-    files, see ``data.write_seed``); returns schema → table path. With 0 rows the tables stay
-    as ``Job.create`` made them: empty."""
+    files, see ``data.write_seed``; W2's table with the properties ``w2_props``); returns
+    schema → table path. With 0 rows the tables stay as ``Job.create`` made them: empty."""
     paths = {}
     for schema in schemas:
         path = job.layout.table(dataset, schema)
         if rows > 0:
-            data.write_seed(spark, path, schema, rows, sizes.rows_per_file, shuffled=shuffled)
+            data.write_seed(
+                spark,
+                path,
+                schema,
+                rows,
+                sizes.rows_per_file,
+                shuffled=shuffled,
+                w2_props=w2_props,
+            )
         paths[schema] = path
     return paths
 

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -53,14 +56,53 @@ bank.Account:
   watermark: [ts]
 """
 W2_PROPS = ("owner", "balance", "status", "ts")
-DMS_TYPES = {
-    "ID": pa.string(),
-    "OWNER": pa.string(),
-    "BALANCE": pa.int64(),
-    "STATUS": pa.string(),
-    "TS": pa.int64(),
-    "Op": pa.string(),
-}
+Prop = tuple[str, str, pa.DataType]
+"""A W2 property: (name, its type in the dataset YAML, the Arrow type of its DMS column)."""
+W2_PROPERTIES: tuple[Prop, ...] = (
+    ("owner", "string", pa.string()),
+    ("balance", "integer", pa.int64()),
+    ("status", "string", pa.string()),
+    ("ts", "integer", pa.int64()),
+)
+"""W2's schema as it is by default (``W2_PROPS`` with types); ``w2_properties`` widens it."""
+EXTRA_TYPES: tuple[tuple[str, pa.DataType], ...] = (
+    ("string", pa.string()),
+    ("integer", pa.int64()),
+)
+"""The extra properties' types, in turn: ``p01`` string, ``p02`` integer, ``p03`` string, ..."""
+EXTRA_NULLS = 10
+"""One extra value in this many is NULL (in the seeded rows and in the changes)."""
+EXTRA_VALUES = 1_000_000
+"""Extra values: ``v-<0..999999>`` (string) or 0..999999 (integer)."""
+
+
+def w2_properties(extra: int = 0) -> tuple[Prop, ...]:
+    """W2's properties plus ``extra`` ones named ``p01``, ``p02``, ... (zero-padded to at least
+    two digits), of the types ``EXTRA_TYPES`` in turn (``--w2-extra-props``)."""
+    if extra < 0:
+        raise ValueError(f"extra properties: expected 0 or more, not {extra}")
+    width = max(2, len(str(extra)))
+    return W2_PROPERTIES + tuple(
+        (f"p{i:0{width}d}", *EXTRA_TYPES[(i - 1) % len(EXTRA_TYPES)]) for i in range(1, extra + 1)
+    )
+
+
+def w2_yaml(props: Sequence[Prop] = W2_PROPERTIES) -> str:
+    """The dataset YAML of W2's schema with ``props`` (``W2_YAML`` for the default ones)."""
+    lines = "".join(f"    {name}: {{type: {kind}}}\n" for name, kind, _ in props)
+    return f"{W2_SCHEMA}:\n  properties:\n{lines}  watermark: [ts]\n"
+
+
+def dms_types(props: Sequence[Prop] = W2_PROPERTIES) -> dict[str, pa.DataType]:
+    """The columns of W2's DMS files: ``ID``, the properties upper-cased, ``Op``."""
+    return {
+        "ID": pa.string(),
+        **{name.upper(): arrow for name, _, arrow in props},
+        "Op": pa.string(),
+    }
+
+
+DMS_TYPES = dms_types()
 STATUSES = ("new", "active", "paused", "closed", "review")
 
 
@@ -69,9 +111,16 @@ def key(prefix: str, number: int) -> str:
 
 
 # -- seeded tables ---------------------------------------------------------------------------
-def seed_rows(spark: SparkSession, schema: str, rows: int, files: int) -> DataFrame:
+def seed_rows(
+    spark: SparkSession,
+    schema: str,
+    rows: int,
+    files: int,
+    w2_props: Sequence[Prop] = W2_PROPERTIES,
+) -> DataFrame:
     """``rows`` rows of an object table (meta columns included, version 1), as our job writes
-    them: ``hash`` = sha2 of the JSON of the properties, like ``streaming.apply``."""
+    them: ``hash`` = sha2 of the JSON of the properties, like ``streaming.apply``. W2's table
+    has the properties ``w2_props``: the default four, then extra ones (``w2_properties``)."""
     n = F.col("n")
 
     def pick(salt: int, modulo: int) -> Any:
@@ -81,13 +130,17 @@ def seed_rows(spark: SparkSession, schema: str, rows: int, files: int) -> DataFr
     statuses = F.array(*[F.lit(s) for s in STATUSES])
     status = F.element_at(statuses, (pick(3, len(STATUSES)) + 1).cast("int"))
     if schema == W2_SCHEMA:
+        default = {
+            "owner": F.concat(F.lit("owner-"), pick(1, 50_000).cast("string")),
+            "balance": pick(2, 1_000_000),
+            "status": status,
+            "ts": pick(4, 1_000),
+        }
         props = [
-            F.concat(F.lit("owner-"), pick(1, 50_000).cast("string")).alias("owner"),
-            pick(2, 1_000_000).alias("balance"),
-            status.alias("status"),
-            pick(4, 1_000).alias("ts"),
+            (default[name] if name in default else _extra_seed(pick, number, kind)).alias(name)
+            for number, (name, kind, _) in enumerate(w2_props)
         ]
-        names = W2_PROPS
+        names = tuple(name for name, _, _ in w2_props)
     else:
         props = [
             F.concat(F.lit("name-"), pick(1, 100_000).cast("string")).alias("name"),
@@ -112,6 +165,15 @@ def seed_rows(spark: SparkSession, schema: str, rows: int, files: int) -> DataFr
     )
 
 
+def _extra_seed(pick: Any, number: int, kind: str) -> Any:
+    """An extra property's seeded value: a hash of the row number and the property's place
+    (``number``), NULL one time in ``EXTRA_NULLS``."""
+    value = pick(1_000 + 2 * number, EXTRA_VALUES)
+    if kind == "string":
+        value = F.concat(F.lit("v-"), value.cast("string"))
+    return F.when(pick(1_001 + 2 * number, EXTRA_NULLS) == 0, F.lit(None)).otherwise(value)
+
+
 def write_seed(
     spark: SparkSession,
     path: str,
@@ -120,6 +182,7 @@ def write_seed(
     rows_per_file: int,
     *,
     shuffled: bool = False,
+    w2_props: Sequence[Prop] = W2_PROPERTIES,
 ) -> int:
     """Append the seed rows to the (empty) current table at ``path``; returns the file count.
 
@@ -128,7 +191,7 @@ def write_seed(
     ``shuffled`` in a random id order fixed by ``SEED`` (each row's file and place in it by a
     hash of its id: every file spans the whole id range and no file can be skipped)."""
     files = max(1, -(-rows // rows_per_file))
-    rows_df = seed_rows(spark, schema, rows, files)
+    rows_df = seed_rows(spark, schema, rows, files, w2_props)
     if shuffled:
         spot = F.xxhash64(F.col("id"), F.lit(SEED))
         rows_df = rows_df.repartitionByRange(files, spot).sortWithinPartitions(spot)
@@ -257,21 +320,60 @@ def w2_changes(changes: int, table_rows: int, seed: int = SEED) -> list[dict[str
     return rows
 
 
-def write_dms_files(folder: Path, rows: Sequence[dict[str, Any]], files: int) -> list[Path]:
-    """The change rows as ``files`` DMS Parquet files (``<folder>/<n>.parquet``), in order."""
+def write_dms_files(
+    folder: Path,
+    rows: Sequence[dict[str, Any]],
+    files: int,
+    props: Sequence[Prop] = W2_PROPERTIES,
+) -> list[Path]:
+    """The change rows as ``files`` DMS Parquet files (``<folder>/<n>.parquet``), in order.
+    Columns of ``props`` that the rows do not hold (the extra properties) get values that are
+    a hash of the change's key and ``TS`` (``_extra_changes``)."""
     folder.mkdir(parents=True, exist_ok=True)
-    schema = pa.schema(DMS_TYPES)
+    types = dms_types(props)
+    schema = pa.schema(types)
+    given = [c for c in types if c in DMS_TYPES]
+    extra = [(number, c) for number, c in enumerate(types) if c not in DMS_TYPES]
     per_file = -(-len(rows) // files)
     paths: list[Path] = []
     for number, start in enumerate(range(0, len(rows), per_file)):
         chunk = rows[start : start + per_file]
-        table = pa.table({c: [r[c] for r in chunk] for c in DMS_TYPES}, schema=schema)
+        columns: dict[str, Any] = {c: [r[c] for r in chunk] for c in given}
+        if extra:
+            keys = np.array([int(r["ID"][len(W2_PREFIX) :]) for r in chunk], dtype=np.uint64)
+            ts = np.array([r["TS"] for r in chunk], dtype=np.uint64)
+            for place, c in extra:
+                columns[c] = _extra_changes(keys, ts, place, types[c])
+        table = pa.table({c: columns[c] for c in types}, schema=schema)
         path = folder / f"{20240101_000000 + number}.parquet"
         pq.write_table(table, path)
         stamp = EPOCH + 60 * number
         os.utime(path, (stamp, stamp))
         paths.append(path)
     return paths
+
+
+def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """SplitMix64's finaliser: a well-spread 64-bit hash of each value (wrapping arithmetic)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _extra_changes(
+    keys: npt.NDArray[np.uint64], ts: npt.NDArray[np.uint64], place: int, arrow: pa.DataType
+) -> pa.Array:
+    """An extra property's values in changes: a hash of ``SEED``, the key number, the change's
+    ``TS`` and the column's place, NULL one time in ``EXTRA_NULLS``; ``v-<n>`` for strings."""
+    with np.errstate(over="ignore"):
+        salt = _mix(np.array([SEED * 1_000 + place], dtype=np.uint64))
+        h = _mix(_mix(keys ^ salt) ^ ts)
+    values = (h >> np.uint64(8)) % np.uint64(EXTRA_VALUES)
+    nulls = h % np.uint64(EXTRA_NULLS) == 0
+    numbers = pa.array(values.astype(np.int64), pa.int64(), mask=nulls)
+    if arrow == pa.int64():
+        return numbers
+    return pc.binary_join_element_wise("v-", pc.cast(numbers, pa.string()), "")
 
 
 # -- FullLoad: the initial load --------------------------------------------------------------

@@ -212,12 +212,21 @@ def _w2_workspace(
     sizes: Sizes,
     *,
     shuffled: bool = False,
+    props: Sequence[data.Prop] = data.W2_PROPERTIES,
 ) -> tuple[Workspace, Job, list[Path], str]:
-    ws = Workspace(base / name, data.W2_DATASET, data.W2_YAML)
-    paths = data.write_dms_files(_dms_folder(ws), changes, sizes.w2_files)
+    """W2's dataset, DMS files and seeded table, all with the properties ``props``."""
+    ws = Workspace(base / name, data.W2_DATASET, data.w2_yaml(props))
+    paths = data.write_dms_files(_dms_folder(ws), changes, sizes.w2_files, props)
     job = Job.create(spark, ws.config(landing={"dms": "./landing/dms"}))
     table = seed_tables(
-        spark, job, data.W2_DATASET, [data.W2_SCHEMA], table_rows, sizes, shuffled=shuffled
+        spark,
+        job,
+        data.W2_DATASET,
+        [data.W2_SCHEMA],
+        table_rows,
+        sizes,
+        shuffled=shuffled,
+        w2_props=props,
     )[data.W2_SCHEMA]
     return ws, job, paths, table
 
@@ -237,29 +246,43 @@ W2_WARM_UP = (30_000, 50_000, 4)
 rows, files."""
 
 
-def _w2_warm_up(spark: SparkSession, base: Path, sizes: Sizes, *, plain: bool) -> None:
+def _w2_warm_up(
+    spark: SparkSession,
+    base: Path,
+    sizes: Sizes,
+    *,
+    plain: bool,
+    props: Sequence[data.Prop] = data.W2_PROPERTIES,
+) -> None:
     """Ours and the plain one-MERGE on a small W2 first, untimed: the JVM compiles the code
     both run (Parquet, Delta MERGE, shuffles) before either is timed, so neither pays it for
-    the other (ours ran first and paid it alone)."""
+    the other (ours ran first and paid it alone). The schema has the properties ``props``,
+    as the timed run's."""
     changes_n, rows, files = W2_WARM_UP
     small = replace(sizes, w2_changes=changes_n, w2_table_rows=rows, w2_files=files)
     changes = data.w2_changes(changes_n, rows)
-    say(f"W2: warm-up, untimed ({changes_n:,} changes into {rows:,} rows)")
-    ws, job, _, table = _w2_workspace(spark, base, "w2", changes, rows, small)
+    say(f"W2: warm-up, untimed ({changes_n:,} changes into {rows:,} rows, {len(props)} properties)")
+    ws, job, _, table = _w2_workspace(spark, base, "w2", changes, rows, small, props=props)
     copy = _copy(table, base / "plain-table")
     run_job(spark, job)
     if plain:
-        baselines.plain_w2(spark, base / "plain", ws.dms, copy)
+        baselines.plain_w2(spark, base / "plain", ws.dms, copy, props)
 
 
 def w2(spark: SparkSession, sizes: Sizes, base: Path) -> tuple[dict[str, Any], OurRun]:
+    """W2: the DMS changes into a seeded table, ours and the chosen baselines; the schema has
+    W2's four properties plus ``sizes.w2_extra_props`` (``data.w2_properties``)."""
     chosen = set(sizes.w2_baselines)
+    props = data.w2_properties(sizes.w2_extra_props)
     changes = data.w2_changes(sizes.w2_changes, sizes.w2_table_rows)
     say(
-        f"W2: seeding {sizes.w2_table_rows:,} rows; {len(changes):,} changes in "
-        f"{sizes.w2_files} DMS files; baselines {', '.join(sizes.w2_baselines) or 'none'}"
+        f"W2: seeding {sizes.w2_table_rows:,} rows of {len(props)} properties; "
+        f"{len(changes):,} changes in {sizes.w2_files} DMS files; "
+        f"baselines {', '.join(sizes.w2_baselines) or 'none'}"
     )
-    ws, job, paths, table = _w2_workspace(spark, base, "w2", changes, sizes.w2_table_rows, sizes)
+    ws, job, paths, table = _w2_workspace(
+        spark, base, "w2", changes, sizes.w2_table_rows, sizes, props=props
+    )
     copies: dict[str, str] = {
         name: _copy(table, base / "w2-tables" / name)
         for name in ("naive", "plain", "deltars_per_file", "deltars_all")
@@ -268,29 +291,31 @@ def w2(spark: SparkSession, sizes: Sizes, base: Path) -> tuple[dict[str, Any], O
     for name in ("deltars_per_file", "deltars_all"):
         if name in copies:
             baselines.without_change_feed(copies[name])
-    _w2_warm_up(spark, base / "w2-warm-up", sizes, plain="plain" in chosen)
+    _w2_warm_up(spark, base / "w2-warm-up", sizes, plain="plain" in chosen, props=props)
     say("W2: ours")
     ours = run_job(spark, job)
     say(f"W2: ours {ours.seconds:.1f}s {ours.counts}")
     runs: dict[str, baselines.BaselineRun] = {}
     if "plain" in chosen:
         say("W2: plain, one streaming micro-batch of every DMS file, one MERGE of all changes")
-        runs["plain_merge"] = baselines.plain_w2(spark, base / "w2-plain", ws.dms, copies["plain"])
+        runs["plain_merge"] = baselines.plain_w2(
+            spark, base / "w2-plain", ws.dms, copies["plain"], props
+        )
         say(f"W2: plain one MERGE {runs['plain_merge'].seconds:.1f}s")
     if "naive" in chosen:
         say("W2: naive, one MERGE per DMS file")
-        runs["naive"] = baselines.naive_w2(spark, base / "w2-naive", ws.dms, copies["naive"])
+        runs["naive"] = baselines.naive_w2(spark, base / "w2-naive", ws.dms, copies["naive"], props)
         say(f"W2: naive {runs['naive'].seconds:.1f}s")
     if "append" in chosen:
         say("W2: blind append")
         runs["append"] = baselines.append_w2(
-            spark, base / "w2-append", ws.dms, base / "w2-append" / "bronze"
+            spark, base / "w2-append", ws.dms, base / "w2-append" / "bronze", props
         )
         say(f"W2: append {runs['append'].seconds:.1f}s")
     for name, per_file in (("deltars_per_file", True), ("deltars_all", False)):
         if name in chosen:
             say(f"W2: delta-rs MERGE {'per file' if per_file else 'of all changes at once'}")
-            runs[name] = baselines.deltars_w2(paths, copies[name], per_file=per_file)
+            runs[name] = baselines.deltars_w2(paths, copies[name], per_file=per_file, props=props)
             say(f"W2: delta-rs {runs[name].seconds:.1f}s")
 
     rows_after = {"ours": _rows(table)}
@@ -311,6 +336,8 @@ def w2(spark: SparkSession, sizes: Sizes, base: Path) -> tuple[dict[str, Any], O
     result: dict[str, Any] = {
         "changes": n,
         "table_rows": sizes.w2_table_rows,
+        "properties": len(props),
+        "extra_properties": sizes.w2_extra_props,
         "files": len(paths),
         "baselines": list(sizes.w2_baselines),
         "rows_after": rows_after,
@@ -696,8 +723,10 @@ def render(results: dict[str, Any]) -> str:
     if "W2" in results:
         r = results["W2"]
         ratios = r["ratios"]
+        props = f", {r['properties']} properties" if "properties" in r else ""
         lines.append(
-            f"W2: {r['changes']:,} DMS changes in {r['files']} files into {r['table_rows']:,} rows"
+            f"W2: {r['changes']:,} DMS changes in {r['files']} files into a table of "
+            f"{r['table_rows']:,} rows{props}"
         )
         row("W2", "ours (DMS landing zone)", r["ours"], None)
         for key, label in W2_LABELS.items():
@@ -910,7 +939,8 @@ def run(
         reuse = None
         if "W2" in workloads:
             results["W2"], ours = w2(spark, sizes, base)
-            reuse = (sizes.w2_table_rows, ours)
+            # Scale's runs have W2's four properties: a wide W2's run is not one of them
+            reuse = None if sizes.w2_extra_props else (sizes.w2_table_rows, ours)
             for name in ("w2", "w2-tables", "w2-naive", "w2-plain", "w2-append"):
                 shutil.rmtree(base / name, ignore_errors=True)
             _write(output, results)

@@ -69,6 +69,11 @@ class Sizes:
     deletion_vectors: bool = False
     """Ours with ``tables.deletion_vectors`` on (the job's current tables; a fresh process's
     Cold run keeps the default)."""
+    w2_extra_props: int = 0
+    """W2 (and its warm-up) only: properties added to W2's four (owner, balance, status, ts),
+    ``p01``, ``p02``, ... string and integer in turn, in the dataset, the seeded table, the DMS
+    files and every baseline's MERGE (``bench.data.w2_properties``); 0 = W2 as it was. The
+    Scale workloads and FullLoad keep the four (a wide W2's run is then not reused by Scale)."""
 
 
 FULL = Sizes(
