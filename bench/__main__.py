@@ -86,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         help="FullLoad: rows of the DMS full-load file (1,000,000; quick: 100,000)",
     )
     parser.add_argument(
+        "--full-load-runs",
+        type=int,
+        help="FullLoad: pairs of runs (ours, the append), medians reported (3)",
+    )
+    parser.add_argument(
         "--latency-rate", type=float, help="Latency: transactions published per second (50)"
     )
     parser.add_argument(
@@ -176,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         ("w2_rows", "w2_table_rows"),
         ("w2_files", "w2_files"),
         ("full_load_rows", "full_load_rows"),
+        ("full_load_runs", "full_load_runs"),
         ("rows_per_file", "rows_per_file"),
     ):
         value = getattr(args, flag)

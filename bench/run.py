@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 
@@ -445,24 +445,38 @@ def _full_load_warm_up(spark: SparkSession, base: Path, sizes: Sizes) -> None:
 def full_load(spark: SparkSession, sizes: Sizes, base: Path) -> dict[str, Any]:
     """The initial load: one DMS full-load file into W2's table, created empty by the job (ours),
     against a blind Spark read + Delta append of the same file to a new table; both after a
-    warm-up on a smaller file."""
+    warm-up on a smaller file, then ``sizes.full_load_runs`` pairs, each on a fresh table, in
+    turn ours first and the append first. Reported: the median run of each and the ratio of
+    the medians (one pair's ratio followed the append's spread on a busy machine: 1.6 to 3.8 s
+    over four runs of the same file)."""
     n = sizes.full_load_rows
     _full_load_warm_up(spark, base, sizes)
-    say(f"FullLoad: writing one DMS full-load file of {n:,} rows")
-    ws, path, job, table = _full_load_workspace(spark, base, sizes, "full-load", n)
-    file_mib = round(path.stat().st_size / 2**20, 2)
-    say(f"FullLoad: ours, {n:,} rows into an empty table")
-    ours = run_job(spark, job)
-    say(f"FullLoad: ours {ours.seconds:.1f}s {ours.counts}")
-    target = base / "full-load-append"
-    say("FullLoad: blind append (Spark read of the file, Delta append to a new table)")
-    append = baselines.append_full_load(spark, path, target)
-    append.rows = n
-    say(f"FullLoad: append {append.seconds:.1f}s")
-    rows_after = {"ours": _rows(table), "append": _rows(str(target), "ID")}
+    ours_runs: list[OurRun] = []
+    appends: list[baselines.BaselineRun] = []
+    rows_after: dict[str, int] = {}
+    file_mib = 0.0
+    for number in range(sizes.full_load_runs):
+        say(f"FullLoad: run {number + 1} of {sizes.full_load_runs}: a DMS file of {n:,} rows")
+        ws, path, job, table = _full_load_workspace(spark, base, sizes, f"full-load-{number}", n)
+        file_mib = round(path.stat().st_size / 2**20, 2)
+        target = base / f"full-load-append-{number}"
+        for side in ("ours", "append") if number % 2 == 0 else ("append", "ours"):
+            if side == "ours":
+                ours_runs.append(run_job(spark, job))
+                say(f"FullLoad: ours {ours_runs[-1].seconds:.1f}s {ours_runs[-1].counts}")
+            else:
+                appends.append(baselines.append_full_load(spark, path, target))
+                appends[-1].rows = n
+                say(f"FullLoad: blind append {appends[-1].seconds:.1f}s")
+        after = {"ours": _rows(table), "append": _rows(str(target), "ID")}
+        if rows_after and after != rows_after:
+            raise RuntimeError(f"FullLoad: rows after differ between runs: {after}, {rows_after}")
+        rows_after = after
+        ws.remove()
+        shutil.rmtree(target, ignore_errors=True)
     say(f"FullLoad: rows after: {rows_after}")
-    ws.remove()
-    shutil.rmtree(target, ignore_errors=True)
+    ours = _median(ours_runs, lambda r: r.seconds)
+    append = _median(appends, lambda r: r.seconds)
     ours_rate, append_rate = rate(n, ours.seconds), rate(n, append.seconds)
     return {
         "rows": n,
@@ -470,11 +484,23 @@ def full_load(spark: SparkSession, sizes: Sizes, base: Path) -> dict[str, Any]:
         "rows_after": rows_after,
         "ours": {**ours.as_json(), "rows_per_s": round(ours_rate, 1)},
         "append": {**append.as_json(), "rows_per_s": round(append_rate, 1)},
+        "runs": {
+            "ours": [round(r.seconds, 3) for r in ours_runs],
+            "append": [round(r.seconds, 3) for r in appends],
+        },
         "ratios": {
             "ours_vs_append": round(rate(ours_rate, append_rate), 3),
             "ours_time_vs_append": round(rate(ours.seconds, append.seconds), 3),
         },
     }
+
+
+T = TypeVar("T")
+
+
+def _median(runs: Sequence[T], seconds: Callable[[T], float]) -> T:
+    """The run whose time is the median (the lower middle one of an even count)."""
+    return sorted(runs, key=seconds)[(len(runs) - 1) // 2]
 
 
 def sweep(spark: SparkSession, sizes: Sizes, base: Path) -> dict[str, Any]:
@@ -794,10 +820,20 @@ def render(results: dict[str, Any]) -> str:
         row("FullLoad", "ours (DMS landing zone)", r["ours"], None)
         row("FullLoad", "blind append (Spark read + append)", r["append"], ratios["ours_vs_append"])
         after = r["rows_after"]
+        runs = r.get("runs")
+        spread = (
+            f" (medians of {len(runs['ours'])} runs: ours "
+            + "/".join(f"{x:.1f}" for x in runs["ours"])
+            + " s, append "
+            + "/".join(f"{x:.1f}" for x in runs["append"])
+            + " s)"
+            if runs
+            else ""
+        )
         lines.append(
             f"FullLoad time ours / append: {r['ours']['seconds']:.1f}s / "
-            f"{r['append']['seconds']:.1f}s = {ratios['ours_time_vs_append']:.2f}x; rows after: "
-            f"ours {after['ours']:,}, append {after['append']:,}"
+            f"{r['append']['seconds']:.1f}s = {ratios['ours_time_vs_append']:.2f}x{spread}; "
+            f"rows after: ours {after['ours']:,}, append {after['append']:,}"
             + ("" if after["ours"] == after["append"] == r["rows"] else "  (DIFFER)")
         )
     if "Cold" in results:

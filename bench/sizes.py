@@ -64,6 +64,8 @@ class Sizes:
     w2_baselines: tuple[str, ...] = W2_BASELINES
     """W2: the baselines run beside ours (``W2_BASELINES``; absent ones are reported "not run")."""
     full_load_rows: int = 1_000_000
+    full_load_runs: int = 3
+    """FullLoad: pairs of runs (ours and the append, each on a fresh table); medians reported."""
     """FullLoad: rows of the one DMS full-load file (unique ids, ``Op`` = 'I') loaded into an
     empty table."""
     deletion_vectors: bool = False

@@ -1,0 +1,34 @@
+"""FullLoad reports the median of its runs (``bench.run._median``) and prints every run."""
+
+from __future__ import annotations
+
+from bench.run import _median, render
+
+
+def test_the_median_run_is_the_middle_one_or_the_lower_middle_one() -> None:
+    assert _median([3.0, 1.0, 2.0], float) == 2.0
+    assert _median([4.0, 1.0, 3.0, 2.0], float) == 2.0
+    assert _median([5.0], float) == 5.0
+
+
+def test_the_full_load_line_gives_the_medians_and_every_run() -> None:
+    run = {"seconds": 7.1, "transactions": 1, "rows_per_s": 140_845.1}
+    results = {
+        "sizes": {"name": "full"},
+        "machine": "2 cores",
+        "code": "abc1234",
+        "FullLoad": {
+            "rows": 1_000_000,
+            "file_mib": 13.5,
+            "rows_after": {"ours": 1_000_000, "append": 1_000_000},
+            "ours": {**run, "profile": [], "batches": []},
+            "append": {**run, "seconds": 1.8, "rows_per_s": 555_555.6},
+            "runs": {"ours": [7.7, 7.1, 6.9], "append": [1.6, 1.8, 3.8]},
+            "ratios": {"ours_vs_append": 0.254, "ours_time_vs_append": 3.944},
+        },
+    }
+    text = render(results)
+    assert (
+        "FullLoad time ours / append: 7.1s / 1.8s = 3.94x (medians of 3 runs: ours 7.7/7.1/6.9 s,"
+        " append 1.6/1.8/3.8 s)" in text
+    )
