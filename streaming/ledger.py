@@ -53,13 +53,18 @@ class HeldIds:
 
     def at(self, spark: SparkSession, path: str, version: int) -> set[str] | None:
         """The ids of the ledger at ``version``; None when it is too large to hold, or at the
-        first batch."""
+        first batch — unless the ledger is empty (a new deployment's first batch, Delta's
+        checksum says so): then there is nothing to look up, and none held from here on."""
         if self.version == version:
+            return self.ids
+        size = known_size(spark, path, version)
+        if size == 0:
+            self.asked = True
+            self.version, self.ids = version, set()
             return self.ids
         if not self.asked:
             self.asked = True
             return None
-        size = known_size(spark, path, version)
         if size is None or size > self.max_bytes:
             self.forget()
             return None

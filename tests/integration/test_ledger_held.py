@@ -48,24 +48,34 @@ def test_new_transactions_are_triaged_from_the_held_ids_and_a_resent_one_is_dupl
         return outcome.status
 
     assert status(job, batch(ws, "t0", "Rex"), 0) is Status.COMMITTED
-    assert len(reads) == 1  # the first batch of a process looks its ids up
+    assert reads == []  # an empty ledger (Delta's checksum says so): nothing to look up
     assert status(job, batch(ws, "t1", "Fido"), 1) is Status.COMMITTED
-    assert len(reads) == 2  # the ids, read whole once; t1 is not among them: nothing more
     assert status(job, batch(ws, "t3", "Lassie"), 2) is Status.COMMITTED
-    assert len(reads) == 2  # held, moved along with the sink's appends: nothing read
+    assert reads == []  # held from the empty ledger on, moved along with the sink's appends
     assert job.sink.committed_ids.ids == {"t0", "t1", "t3"}
 
     assert status(job, batch(ws, "t0", "Rex"), 3) is Status.DUPLICATE
-    assert len(reads) == 3  # held: looked up, for its first outcome
+    assert len(reads) == 1  # held: looked up, for its first outcome
+
+    # A new process over the ledger, which now holds rows: its first batch looks its ids up,
+    # its second reads them whole once, its third reads nothing.
+    restarted = Job.create(spark, ws.config())
+    assert status(restarted, batch(ws, "t4", "Benji"), 4) is Status.COMMITTED
+    assert len(reads) == 2
+    assert status(restarted, batch(ws, "t5", "Bolt"), 5) is Status.COMMITTED
+    assert len(reads) == 3
+    assert status(restarted, batch(ws, "t6", "Hooch"), 6) is Status.COMMITTED
+    assert len(reads) == 3
+    assert restarted.sink.committed_ids.ids == {"t0", "t1", "t3", "t4", "t5", "t6"}
 
     # Another query commits t2 to the same ledger; re-sent here, it is DUPLICATE: the ledger's
     # version moved past the held one, so the ids are read again.
     assert status(other, batch(ws, "t2", "Timmy"), 0) is Status.COMMITTED
-    assert status(job, batch(ws, "t2", "Timmy"), 4) is Status.DUPLICATE
-    assert "t2" in job.sink.committed_ids.ids
+    assert status(restarted, batch(ws, "t2", "Timmy"), 7) is Status.DUPLICATE
+    assert "t2" in restarted.sink.committed_ids.ids
     # The same id with another request is refused, not applied.
     changed = batch(ws, "t2", "Lassie II", folder="t2-other")
-    (outcome,) = job.sink.process(changed, 5)
+    (outcome,) = restarted.sink.process(changed, 8)
     assert outcome.status is Status.REJECTED and outcome.error is not None
     assert outcome.error.code == "TRANSACTION_ID_REUSED"
 
