@@ -54,7 +54,8 @@ class HeldIds:
     def at(self, spark: SparkSession, path: str, version: int) -> set[str] | None:
         """The ids of the ledger at ``version``; None when it is too large to hold, or at the
         first batch — unless the ledger is empty (a new deployment's first batch, Delta's
-        checksum says so): then there is nothing to look up, and none held from here on."""
+        checksum says so): then there is nothing to look up, and the empty set is held from
+        here on, the sink's appends adding to it."""
         if self.version == version:
             return self.ids
         size = known_size(spark, path, version)
