@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from streaming import ledger
 from streaming.ledger import HeldIds
 
 PATH = "/warehouse/_system/transactions"
@@ -22,11 +23,25 @@ def test_held_ids_are_answered_at_their_version_without_spark() -> None:
     assert held(4, "t1", "t2").at(spark, PATH, 4) == {"t1", "t2"}
 
 
-def test_the_first_batch_of_a_process_is_looked_up_not_held() -> None:
+@pytest.mark.parametrize("size", [100, None], ids=["rows", "size-unknown"])
+def test_the_first_batch_of_a_process_is_looked_up_not_held(
+    monkeypatch: pytest.MonkeyPatch, size: int | None
+) -> None:
     spark: Any = None  # nothing is read: the caller looks the batch's ids up itself
+    monkeypatch.setattr(ledger, "known_size", lambda *_: size)  # Delta's checksum
     fresh = HeldIds()
     assert fresh.at(spark, PATH, 7) is None
     assert fresh.asked and fresh.version is None
+
+
+def test_an_empty_ledger_is_held_from_the_first_batch_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    spark: Any = None  # nothing is read: the checksum says the ledger holds no file
+    monkeypatch.setattr(ledger, "known_size", lambda *_: 0)
+    fresh = HeldIds()
+    assert fresh.at(spark, PATH, 0) == set()
+    assert fresh.asked and fresh.version == 0
+    fresh.appended(0, 1, ["t1"], size=100)
+    assert (fresh.version, fresh.ids) == (1, {"t1"})
 
 
 def test_the_sinks_own_append_moves_the_ids_along() -> None:
