@@ -231,18 +231,18 @@ def load_wave(
     loads: Sequence[Load],
     reader: Reader,
     *,
-    held: list[DataFrame] | None = None,
+    held: list[DataFrame],
 ) -> Iterator[tuple[list[Loaded], dict[str, RejectedError]]]:
     """The change rows of a wave's loads read at the reader's versions and checked by one
     Spark job; the transactions whose data is wrong, each with the error of its first load
     that is. JSON files into object tables are read together (``streaming.jsonfiles``), every
     other source load by load.
 
-    The rows are cached while the ``with`` block runs: the check job reads the sources once,
-    and folding and writing the wave reuse those rows instead of reading and parsing the files
-    (or the pinned table versions) again. Given ``held``, the cached frames are put there when
-    the block ends, for the caller to unpersist: a first load's history, appended after the
-    batch's last wave, is computed from them (``apply._apply_first_load``)."""
+    The rows are cached: the check job reads the sources once, and folding and writing the
+    wave reuse those rows instead of reading and parsing the files (or the pinned table
+    versions) again. The cached frames are put in ``held`` when the block ends, for the caller
+    to unpersist: a first load's history, appended after the batch's last wave, is computed
+    from them (``apply._apply_first_load``)."""
     errors: dict[int, RejectedError] = {}
     batched = [load for load in loads if batchable(load)]
     groups, refused, records = read_json_loads(
@@ -286,11 +286,7 @@ def load_wave(
     finally:
         if records is not None:
             records.unpersist()
-        if held is not None:
-            held.extend(cached)
-        else:
-            for frame in cached:
-                frame.unpersist()
+        held.extend(cached)
 
 
 def _dms_together(
