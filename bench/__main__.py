@@ -69,6 +69,12 @@ def main(argv: list[str] | None = None) -> int:
         "baselines' MERGEs (default 0: W2 as it is)",
     )
     parser.add_argument(
+        "--w2-runs",
+        type=int,
+        help="W2: pairs of runs (ours, plain one MERGE), each on fresh tables, medians "
+        "reported (3); the other baselines run once",
+    )
+    parser.add_argument(
         "--scale-rows",
         metavar="SMALL,LARGE",
         help="The Scale workloads: the two table sizes (default 1000000,10000000; "
@@ -180,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         ("w2_changes", "w2_changes"),
         ("w2_rows", "w2_table_rows"),
         ("w2_files", "w2_files"),
+        ("w2_runs", "w2_runs"),
         ("full_load_rows", "full_load_rows"),
         ("full_load_runs", "full_load_runs"),
         ("rows_per_file", "rows_per_file"),

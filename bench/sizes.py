@@ -64,10 +64,14 @@ class Sizes:
     w2_baselines: tuple[str, ...] = W2_BASELINES
     """W2: the baselines run beside ours (``W2_BASELINES``; absent ones are reported "not run")."""
     full_load_rows: int = 1_000_000
-    full_load_runs: int = 3
-    """FullLoad: pairs of runs (ours and the append, each on a fresh table); medians reported."""
     """FullLoad: rows of the one DMS full-load file (unique ids, ``Op`` = 'I') loaded into an
     empty table."""
+    full_load_runs: int = 3
+    """FullLoad: pairs of runs (ours and the append, each on a fresh table); medians reported."""
+    w2_runs: int = 3
+    """W2: pairs of runs (ours and plain's one MERGE, each on freshly seeded tables, in turn
+    ours first and plain first); medians reported. The other baselines run once, in the last
+    pair's workspace."""
     deletion_vectors: bool = False
     """Ours with ``tables.deletion_vectors`` on (the job's current tables; a fresh process's
     Cold run keeps the default)."""

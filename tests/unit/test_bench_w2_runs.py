@@ -1,0 +1,54 @@
+"""W2 reports the median of its pairs of runs (``--w2-runs``) and prints every run."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.__main__ import main
+from bench.run import render
+
+
+def _results(runs: dict[str, list[float]]) -> dict[str, object]:
+    ours = {"seconds": 7.0, "changes_per_s": 28_571.4, "profile": [], "batches": []}
+    plain = {"seconds": 5.0, "changes_per_s": 40_000.0}
+    return {
+        "sizes": {"name": "full"},
+        "machine": "2 cores",
+        "code": "abc1234",
+        "W2": {
+            "changes": 200_000,
+            "table_rows": 1_000_000,
+            "properties": 4,
+            "files": 20,
+            "rows_after": {"ours": 1_020_000, "plain_merge": 1_020_000},
+            "keys_vs_plain_merge": {"only_ours": 0, "only_plain": 0},
+            "ours": ours,
+            "plain_merge": plain,
+            "runs": runs,
+            "ratios": {"ours_vs_plain_merge": 0.714, "ours_time_vs_plain_merge": 1.4},
+        },
+    }
+
+
+def test_the_w2_line_gives_the_medians_and_every_run() -> None:
+    text = render(_results({"ours": [9.2, 7.0, 6.8], "plain_merge": [5.4, 5.0, 4.3]}))
+    assert (
+        "W2       time ours / plain one MERGE: 7.0s / 5.0s = 1.40x (medians of 3 runs: "
+        "ours 9.2/7.0/6.8 s, plain 5.4/5.0/4.3 s)" in text
+    )
+
+
+def test_one_run_prints_no_medians() -> None:
+    text = render(_results({"ours": [7.0], "plain_merge": [5.0]}))
+    assert "W2       time ours / plain one MERGE: 7.0s / 5.0s = 1.40x\n" in text + "\n"
+    assert "medians" not in text
+
+
+def test_the_option_reaches_the_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = []
+    monkeypatch.setattr("bench.__main__.run", lambda sizes, *_a, **_k: seen.append(sizes))
+    assert main(["--quick", "--workloads", "W2", "--w2-runs", "5"]) == 0
+    assert main(["--workloads", "W2"]) == 0
+    assert [s.w2_runs for s in seen] == [5, 3]
+    with pytest.raises(SystemExit):
+        main(["--w2-runs", "0"])
