@@ -6,7 +6,12 @@
 - **delta-rs**: the ``deltalake`` package's MERGE of the same change sets, without Spark;
 - **plain** (W2): one streaming micro-batch of every DMS file, one Delta MERGE of each key's
   latest change (``bench.plain`` is W1's plain, the same pattern per micro-batch);
-- **full-load append** (FullLoad): a batch Spark read of the full-load file appended to Delta.
+- **full-load append** (FullLoad): a batch Spark read of the full-load file appended to Delta;
+- **full-load layout** (FullLoad): the same file written plainly as the tables our layout
+  keeps — the current rows (``id``, ``version``, ``created``, ``updated``, ``hash``, the
+  properties) and their history rows (the same, plus ``__deleted``, ``__op``,
+  ``__transaction_id``) — two Spark appends, spread over the cores as ours spreads a big file;
+  no checks, ledger, outcomes or stream: what the layout itself costs.
 
 The baselines keep no history, tombstones, ledger or outcomes; they do bump ``version``, set
 ``updated`` and recompute ``hash`` like a user keeping those columns would. W2's baselines
@@ -540,4 +545,36 @@ def append_full_load(spark: SparkSession, path: Path, target: Path) -> BaselineR
     """FullLoad's limit: the full-load file read by Spark and appended to a new Delta table."""
     started = time.perf_counter()
     spark.read.parquet(str(path)).write.format("delta").mode("append").save(str(target))
+    return BaselineRun(time.perf_counter() - started, 1, 0)
+
+
+def layout_full_load(
+    spark: SparkSession, path: Path, target: Path, props: Sequence[Prop] = W2_PROPERTIES
+) -> BaselineRun:
+    """FullLoad's layout floor: the full-load file appended as current rows to
+    ``target/current`` and as history rows to ``target/history``, hashed as a user keeping
+    those columns would (``_hash``), each append a Spark read of the file spread over the
+    cores by id (a file of one row group is read by one task)."""
+    names = [name for name, _, _ in props]
+    started = time.perf_counter()
+    rows = (
+        spark.read.parquet(str(path))
+        .repartition(spark.sparkContext.defaultParallelism, "ID")
+        .select(
+            F.col("ID").alias("id"),
+            F.lit(1).cast("long").alias("version"),
+            F.current_timestamp().alias("created"),
+            F.current_timestamp().alias("updated"),
+            _hash(*[p.upper() for p in names]).alias("hash"),
+            *[F.col(p.upper()).alias(p) for p in names],
+        )
+    )
+    rows.write.format("delta").mode("append").save(str(target / "current"))
+    history = rows.select(
+        "*",
+        F.lit(False).alias("__deleted"),
+        F.lit("i").alias("__op"),
+        F.lit(f"dms:{path.name}").alias("__transaction_id"),
+    )
+    history.write.format("delta").mode("append").save(str(target / "history"))
     return BaselineRun(time.perf_counter() - started, 1, 0)

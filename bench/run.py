@@ -488,21 +488,26 @@ def _full_load_warm_up(spark: SparkSession, base: Path, sizes: Sizes) -> None:
     run_job(spark, job)
     target = base / "full-load-warm-up-append"
     baselines.append_full_load(spark, path, target)
+    baselines.layout_full_load(spark, path, base / "full-load-warm-up-layout")
     ws.remove()
     shutil.rmtree(target, ignore_errors=True)
+    shutil.rmtree(base / "full-load-warm-up-layout", ignore_errors=True)
 
 
 def full_load(spark: SparkSession, sizes: Sizes, base: Path) -> dict[str, Any]:
     """The initial load: one DMS full-load file into W2's table, created empty by the job (ours),
-    against a blind Spark read + Delta append of the same file to a new table; both after a
-    warm-up on a smaller file, then ``sizes.full_load_runs`` pairs, each on a fresh table, in
-    turn ours first and the append first. Reported: the median run of each and the ratio of
-    the medians (one pair's ratio followed the append's spread on a busy machine: 1.6 to 3.8 s
-    over four runs of the same file)."""
+    against a blind Spark read + Delta append of the same file to a new table, and against
+    the same file written plainly as our layout's current and history tables
+    (``baselines.layout_full_load``: what the layout alone costs); all after a warm-up on a
+    smaller file, then ``sizes.full_load_runs`` rounds, each on fresh tables, in turn ours
+    first and ours last. Reported: the median run of each and the ratios of the medians (one
+    pair's ratio followed the append's spread on a busy machine: 1.6 to 3.8 s over four runs
+    of the same file)."""
     n = sizes.full_load_rows
     _full_load_warm_up(spark, base, sizes)
     ours_runs: list[OurRun] = []
     appends: list[baselines.BaselineRun] = []
+    layouts: list[baselines.BaselineRun] = []
     rows_after: dict[str, int] = {}
     file_mib = 0.0
     for number in range(sizes.full_load_runs):
@@ -510,23 +515,36 @@ def full_load(spark: SparkSession, sizes: Sizes, base: Path) -> dict[str, Any]:
         ws, path, job, table = _full_load_workspace(spark, base, sizes, f"full-load-{number}", n)
         file_mib = round(path.stat().st_size / 2**20, 2)
         target = base / f"full-load-append-{number}"
-        for side in ("ours", "append") if number % 2 == 0 else ("append", "ours"):
+        layout = base / f"full-load-layout-{number}"
+        sides = ("ours", "append", "layout")
+        for side in sides if number % 2 == 0 else sides[::-1]:
             if side == "ours":
                 ours_runs.append(run_job(spark, job))
                 say(f"FullLoad: ours {ours_runs[-1].seconds:.1f}s {ours_runs[-1].counts}")
-            else:
+            elif side == "append":
                 appends.append(baselines.append_full_load(spark, path, target))
                 appends[-1].rows = n
                 say(f"FullLoad: blind append {appends[-1].seconds:.1f}s")
-        after = {"ours": _rows(table), "append": _rows(str(target), "ID")}
+            else:
+                layouts.append(baselines.layout_full_load(spark, path, layout))
+                layouts[-1].rows = n
+                say(f"FullLoad: the layout written plainly {layouts[-1].seconds:.1f}s")
+        after = {
+            "ours": _rows(table),
+            "append": _rows(str(target), "ID"),
+            "layout": _rows(str(layout / "current")),
+            "layout_history": _rows(str(layout / "history")),
+        }
         if rows_after and after != rows_after:
             raise RuntimeError(f"FullLoad: rows after differ between runs: {after}, {rows_after}")
         rows_after = after
         ws.remove()
         shutil.rmtree(target, ignore_errors=True)
+        shutil.rmtree(layout, ignore_errors=True)
     say(f"FullLoad: rows after: {rows_after}")
     ours = _median(ours_runs, lambda r: r.seconds)
     append = _median(appends, lambda r: r.seconds)
+    layout_run = _median(layouts, lambda r: r.seconds)
     ours_rate, append_rate = rate(n, ours.seconds), rate(n, append.seconds)
     return {
         "rows": n,
@@ -534,13 +552,17 @@ def full_load(spark: SparkSession, sizes: Sizes, base: Path) -> dict[str, Any]:
         "rows_after": rows_after,
         "ours": {**ours.as_json(), "rows_per_s": round(ours_rate, 1)},
         "append": {**append.as_json(), "rows_per_s": round(append_rate, 1)},
+        "layout": {**layout_run.as_json(), "rows_per_s": round(rate(n, layout_run.seconds), 1)},
         "runs": {
             "ours": [round(r.seconds, 3) for r in ours_runs],
             "append": [round(r.seconds, 3) for r in appends],
+            "layout": [round(r.seconds, 3) for r in layouts],
         },
         "ratios": {
             "ours_vs_append": round(rate(ours_rate, append_rate), 3),
             "ours_time_vs_append": round(rate(ours.seconds, append.seconds), 3),
+            "ours_time_vs_layout": round(rate(ours.seconds, layout_run.seconds), 3),
+            "layout_time_vs_append": round(rate(layout_run.seconds, append.seconds), 3),
         },
     }
 
@@ -870,14 +892,24 @@ def render(results: dict[str, Any]) -> str:
         )
         row("FullLoad", "ours (DMS landing zone)", r["ours"], None)
         row("FullLoad", "blind append (Spark read + append)", r["append"], ratios["ours_vs_append"])
+        if "layout" in r:
+            row("FullLoad", "our layout written plainly", r["layout"], None)
         after = r["rows_after"]
-        spread = _spread(r.get("runs"), {"ours": "ours", "append": "append"})
+        names = {"ours": "ours", "append": "append", "layout": "layout"}
+        spread = _spread(r.get("runs"), names)
         lines.append(
             f"FullLoad time ours / append: {r['ours']['seconds']:.1f}s / "
             f"{r['append']['seconds']:.1f}s = {ratios['ours_time_vs_append']:.2f}x{spread}; "
-            f"rows after: ours {after['ours']:,}, append {after['append']:,}"
-            + ("" if after["ours"] == after["append"] == r["rows"] else "  (DIFFER)")
+            "rows after: "
+            + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in after.items())
+            + ("" if set(after.values()) == {r["rows"]} else "  (DIFFER)")
         )
+        if "layout" in r:
+            lines.append(
+                f"FullLoad the layout alone (current + history rows, hashed, two plain appends): "
+                f"{r['layout']['seconds']:.1f}s = {ratios['layout_time_vs_append']:.2f}x the "
+                f"append; ours / it = {ratios['ours_time_vs_layout']:.2f}x"
+            )
     if "Cold" in results:
         lines += cold.render_lines(results["Cold"])
     for per_batch, entry in results.get("Sweep", {}).items():
