@@ -81,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         "quick: 100000,1000000)",
     )
     parser.add_argument(
+        "--scale-runs",
+        type=int,
+        help="The Scale workloads: rounds of runs, each size on a fresh table, medians "
+        "reported (2)",
+    )
+    parser.add_argument(
         "--rows-per-file",
         type=int,
         help="seeded tables: rows per data file (250,000; smaller to see several files in a "
@@ -187,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         ("w2_rows", "w2_table_rows"),
         ("w2_files", "w2_files"),
         ("w2_runs", "w2_runs"),
+        ("scale_runs", "scale_runs"),
         ("full_load_rows", "full_load_rows"),
         ("full_load_runs", "full_load_runs"),
         ("rows_per_file", "rows_per_file"),

@@ -68,6 +68,9 @@ class Sizes:
     empty table."""
     full_load_runs: int = 3
     """FullLoad: pairs of runs (ours and the append, each on a fresh table); medians reported."""
+    scale_runs: int = 2
+    """Scale, ScaleRandom, ScaleClustered: rounds of runs (each size on a fresh table, in turn
+    the small one first and the large one first); the median run of each size reported."""
     w2_runs: int = 3
     """W2: pairs of runs (ours and plain's one MERGE, each on freshly seeded tables, in turn
     ours first and plain first); medians reported. The other baselines run once, in the last

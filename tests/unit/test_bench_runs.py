@@ -1,4 +1,5 @@
-"""W2 reports the median of its pairs of runs (``--w2-runs``) and prints every run."""
+"""W2 and the Scale workloads report the median of their runs (``--w2-runs``, ``--scale-runs``)
+and print every run."""
 
 from __future__ import annotations
 
@@ -52,3 +53,32 @@ def test_the_option_reaches_the_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [s.w2_runs for s in seen] == [5, 3]
     with pytest.raises(SystemExit):
         main(["--w2-runs", "0"])
+
+
+def test_a_scale_line_gives_each_size_s_median_and_every_run() -> None:
+    run = {"seconds": 7.0, "profile": [], "batches": []}
+    results = {
+        "sizes": {"name": "full"},
+        "machine": "2 cores",
+        "code": "abc1234",
+        "ScaleRandom": {
+            "changes": 200_000,
+            "shuffled": True,
+            "runs": {"1000000": run, "10000000": {**run, "seconds": 10.5}},
+            "every": {"1000000": [10.3, 7.0], "10000000": [10.5, 12.7]},
+            "time_ratio": 1.5,
+            "rows_ratio": 10.0,
+        },
+    }
+    text = render(results)
+    assert "rows       7.0s  (median of 2 runs: 10.3/7.0 s)" in text
+    assert "rows      10.5s  (median of 2 runs: 10.5/12.7 s)" in text
+    assert "ScaleRandom time ratio 1.50x for 10x rows" in text
+
+
+def test_the_scale_option_reaches_the_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = []
+    monkeypatch.setattr("bench.__main__.run", lambda sizes, *_a, **_k: seen.append(sizes))
+    assert main(["--workloads", "ScaleRandom", "--scale-runs", "3"]) == 0
+    assert main(["--quick", "--workloads", "ScaleRandom"]) == 0
+    assert [s.scale_runs for s in seen] == [3, 2]
