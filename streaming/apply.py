@@ -40,7 +40,7 @@ import logging
 import operator
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
@@ -67,7 +67,6 @@ from streaming.core.fold import Change, ChangeKind, Effect, Folded, Stored, fold
 from streaming.core.spans import Span, covering, keys_spans, spans
 from streaming.faults import crash_point
 from streaming.layout import ObjectTable
-from streaming.parallel import side_by_side
 from streaming.retry import on_conflict_retry
 from streaming.sqlfold import first_rows, fold_rows, has_map, supported
 from streaming.tables import (
@@ -350,13 +349,7 @@ def _apply_small(
     if state:
         out_schema = _fold_schema(data_schema, mark)
         written = _writes(counts)
-        gone = [r for r in state if r["__deleted"]]
-        tombstones = (
-            _tombstones(spark.createDataFrame(gone, out_schema), paths, commit, mark)
-            if gone
-            else []
-        )
-        if written:
+        if written:  # else only tombstones' watermarks moved: the current table stays as it is
             _write_current(
                 spark.createDataFrame(state, out_schema),
                 props,
@@ -367,20 +360,20 @@ def _apply_small(
                 keys=sorted({r["id"] for r in state}),
                 within=within,
                 split=False,
-                beside=tombstones,
             )
-        else:  # only tombstones' watermarks moved: the current table stays as it is
-            side_by_side(spark, tombstones)
-        if gone and deleted is not None:
-            deleted.appended(
-                paths.tombstones,
-                before[paths.tombstones],
-                latest_version(spark, paths.tombstones),
-                [
-                    {"id": r["id"], "version": r["version"], "watermark": r.get("__mark")}
-                    for r in gone
-                ],
-            )
+        gone = [r for r in state if r["__deleted"]]
+        if gone:
+            _append_tombstones(spark.createDataFrame(gone, out_schema), paths, commit, mark)
+            if deleted is not None:
+                deleted.appended(
+                    paths.tombstones,
+                    before[paths.tombstones],
+                    latest_version(spark, paths.tombstones),
+                    [
+                        {"id": r["id"], "version": r["version"], "watermark": r.get("__mark")}
+                        for r in gone
+                    ],
+                )
         if written:
             history = _history_rows(
                 spark.createDataFrame([r for r in out if r["__row_kind"] == "history"], out_schema),
@@ -607,7 +600,6 @@ def _apply_large(
             new += n if not (r["__stored"] or r["__deleted"]) else 0
     history = None
     state = folded.where("__row_kind = 'state'")
-    remember = _tombstones(state.where("__deleted"), paths, commit, mark) if deletes else []
     if _writes(counts):
         size = memory_bytes(folded)
         broadcast = broadcasts(size, held, wide, broadcast_limit(spark))
@@ -629,11 +621,10 @@ def _apply_large(
             within=within,
             split=True,
             broadcast=broadcast,
-            beside=remember,
         )
         history = _history_rows(folded.where("__row_kind = 'history'"), props)
-    else:  # only tombstones' watermarks moved (``core.fold``: a skipped delete)
-        side_by_side(spark, remember)
+    if deletes:  # also a tombstone whose watermark moved (``core.fold``: a skipped delete)
+        _append_tombstones(state.where("__deleted"), paths, commit, mark)
     return TableResult(counts, latest_version(spark, paths.current), history)
 
 
@@ -665,12 +656,12 @@ def _apply_first_load(
         counts[(int(r["ordinal"]), r["__effect"])] += int(r["count"])
         deletes += int(r["count"]) if r["__deleted"] else 0
     history = None
-    appends = _tombstones(rows.where("__deleted"), paths, commits[0], mark) if deletes else []
     if _writes(counts):
         inserted = _with_hash(rows.where("__effect = 'inserted'"), props)
-        appends.insert(0, lambda: append(_current_rows(inserted, props), paths.current, commits[1]))
+        append(_current_rows(inserted, props), paths.current, commits[1])
         history = _history_of(inserted, props)
-    side_by_side(spark, appends)
+    if deletes:
+        _append_tombstones(rows.where("__deleted"), paths, commits[0], mark)
     return TableResult(dict(counts), latest_version(spark, paths.current), history)
 
 
@@ -729,14 +720,10 @@ def _write_current(
     split: bool,
     keys: list[str] | None = None,
     broadcast: bool = False,
-    beside: Sequence[Callable[[], object]] = (),
 ) -> None:
     """Write the keys' new rows (``state``) to the current table. ``held``: whether a key it
     held before the batch (``__stored``) is updated or deleted; ``new``: whether a new key is
-    inserted; ``keys``: every key of ``state``, for the MERGE condition (see ``_merge``);
-    ``beside``: appends to the schema's other tables (its tombstones) that run after the MERGE,
-    side by side with the append of the new keys (``parallel.side_by_side``: an append is
-    mostly driver work — planning, the log, the commit — and two overlap).
+    inserted; ``keys``: every key of ``state``, for the MERGE condition (see ``_merge``).
 
     New keys need no join with the table: the fold knows they are not in it (it read the
     stored rows of every key; the sink is the table's only writer of rows), so a batch without
@@ -750,12 +737,10 @@ def _write_current(
     costs about what a second commit or a broadcast job does, measured) a batch with held keys
     makes one MERGE with an insert clause, as a first load makes one append. On a table with
     deletion vectors on, only a split write's MERGE marks rows in them (``_merge``'s ``marks``)."""
-    appends = list(beside)
     if held and not split:
         _merge(
             state, props, paths, commits[0], keys, within, broadcast=False, insert=True, marks=split
         )
-        side_by_side(state.sparkSession, appends)
         return
     if held:
         source = state.where("__stored")
@@ -772,8 +757,7 @@ def _write_current(
         )
     if new:
         rows = _with_hash(state.where("NOT __stored AND NOT __deleted"), props)
-        appends.insert(0, lambda: append(_current_rows(rows, props), paths.current, commits[1]))
-    side_by_side(state.sparkSession, appends)
+        append(_current_rows(rows, props), paths.current, commits[1])
 
 
 def _merge(
@@ -844,13 +828,6 @@ _MERGE_VECTORS = "spark.databricks.delta.merge.deletionVectors.persistent"
 def _current_rows(hashed: DataFrame, props: list[str]) -> DataFrame:
     """Rows of ``_with_hash`` as the current table holds them."""
     return hashed.select("id", "version", "created", "updated", "hash", *props)
-
-
-def _tombstones(
-    deleted: DataFrame, paths: ObjectTable, commit: BatchCommit, mark: StructType | None
-) -> list[Callable[[], object]]:
-    """The append of the deleted keys' tombstones, to run beside the current table's append."""
-    return [lambda: _append_tombstones(deleted, paths, commit, mark)]
 
 
 def _append_tombstones(

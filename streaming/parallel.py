@@ -14,7 +14,6 @@ query's job group), so stopping the query still cancels their jobs.
 
 from __future__ import annotations
 
-import functools
 import queue
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -69,30 +68,10 @@ class Sessions:
         if len(items) <= 1:
             return [self._run(fn, item) for item in items]
         task = inheritable_thread_target(self.spark)(self._run)
-        tasks: list[Callable[[], R]] = [functools.partial(task, fn, item) for item in items]
-        return _all(tasks, min(self.workers, len(items)))
-
-
-def side_by_side(spark: SparkSession, writes: Sequence[Callable[[], object]]) -> None:
-    """Run ``writes`` concurrently in ``spark``'s own session, waiting for all of them; raises
-    the first failure in order. For appends to different tables only (``tables.append``: its
-    options are the writer's, it sets no session conf, so two can share a session; a MERGE
-    takes its idempotency keys from session conf and must not run beside one)."""
-    if len(writes) <= 1:
-        for write in writes:
-            write()
-        return
-    wrap = inheritable_thread_target(spark)
-    _all([wrap(write) for write in writes], len(writes))
-
-
-def _all(tasks: Sequence[Callable[[], R]], workers: int) -> list[R]:
-    """Every task's result in order, run on ``workers`` threads; waits for every task to end
-    before it returns or raises, then raises the first failure in order."""
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(task) for task in tasks]
-        errors = [f.exception() for f in futures]  # waits for all
-    for error in errors:
-        if error is not None:
-            raise error
-    return [f.result() for f in futures]
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(items))) as pool:
+            futures = [pool.submit(task, fn, item) for item in items]
+            errors = [f.exception() for f in futures]  # waits for all
+        for error in errors:
+            if error is not None:
+                raise error
+        return [f.result() for f in futures]
