@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from bench.run import _median, render
+
+
+def rendered(work: str, entry: dict[str, Any]) -> str:
+    """The benchmark's text for results holding only ``work``'s ``entry``."""
+    return render({"sizes": {"name": "full"}, "machine": "2 cores", "code": "abc1234", work: entry})
 
 
 def test_the_median_run_is_the_middle_one_or_the_lower_middle_one() -> None:
@@ -13,11 +20,9 @@ def test_the_median_run_is_the_middle_one_or_the_lower_middle_one() -> None:
 
 def test_the_full_load_line_gives_the_medians_and_every_run() -> None:
     run = {"seconds": 7.1, "transactions": 1, "rows_per_s": 140_845.1}
-    results = {
-        "sizes": {"name": "full"},
-        "machine": "2 cores",
-        "code": "abc1234",
-        "FullLoad": {
+    text = rendered(
+        "FullLoad",
+        {
             "rows": 1_000_000,
             "file_mib": 13.5,
             "rows_after": {
@@ -37,8 +42,7 @@ def test_the_full_load_line_gives_the_medians_and_every_run() -> None:
                 "layout_time_vs_append": 2.5,
             },
         },
-    }
-    text = render(results)
+    )
     assert (
         "FullLoad time ours / append: 7.1s / 1.8s = 3.94x (medians of 3 runs: ours 7.7/7.1/6.9 s,"
         " append 1.6/1.8/3.8 s, layout 4.5/4.4/4.6 s); rows after: ours 1,000,000, append "
@@ -52,11 +56,9 @@ def test_the_full_load_line_gives_the_medians_and_every_run() -> None:
 
 def test_rows_that_differ_are_flagged() -> None:
     run = {"seconds": 7.1, "transactions": 1, "rows_per_s": 1.0}
-    results = {
-        "sizes": {"name": "full"},
-        "machine": "2 cores",
-        "code": "abc1234",
-        "FullLoad": {
+    text = rendered(
+        "FullLoad",
+        {
             "rows": 10,
             "file_mib": 0.1,
             "rows_after": {"ours": 10, "append": 10, "layout": 9, "layout_history": 10},
@@ -64,5 +66,5 @@ def test_rows_that_differ_are_flagged() -> None:
             "append": run,
             "ratios": {"ours_vs_append": 1.0, "ours_time_vs_append": 1.0},
         },
-    }
-    assert "layout 9, layout history 10  (DIFFER)" in render(results)
+    )
+    assert "layout 9, layout history 10  (DIFFER)" in text

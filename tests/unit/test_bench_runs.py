@@ -6,17 +6,15 @@ from __future__ import annotations
 import pytest
 
 from bench.__main__ import main
-from bench.run import render
+from tests.unit.test_bench_full_load import rendered
 
 
-def _results(runs: dict[str, list[float]]) -> dict[str, object]:
+def _w2(runs: dict[str, list[float]]) -> str:
     ours = {"seconds": 7.0, "changes_per_s": 28_571.4, "profile": [], "batches": []}
     plain = {"seconds": 5.0, "changes_per_s": 40_000.0}
-    return {
-        "sizes": {"name": "full"},
-        "machine": "2 cores",
-        "code": "abc1234",
-        "W2": {
+    return rendered(
+        "W2",
+        {
             "changes": 200_000,
             "table_rows": 1_000_000,
             "properties": 4,
@@ -28,11 +26,11 @@ def _results(runs: dict[str, list[float]]) -> dict[str, object]:
             "runs": runs,
             "ratios": {"ours_vs_plain_merge": 0.714, "ours_time_vs_plain_merge": 1.4},
         },
-    }
+    )
 
 
 def test_the_w2_line_gives_the_medians_and_every_run() -> None:
-    text = render(_results({"ours": [9.2, 7.0, 6.8], "plain_merge": [5.4, 5.0, 4.3]}))
+    text = _w2({"ours": [9.2, 7.0, 6.8], "plain_merge": [5.4, 5.0, 4.3]})
     assert (
         "W2       time ours / plain one MERGE: 7.0s / 5.0s = 1.40x (medians of 3 runs: "
         "ours 9.2/7.0/6.8 s, plain 5.4/5.0/4.3 s)" in text
@@ -40,7 +38,7 @@ def test_the_w2_line_gives_the_medians_and_every_run() -> None:
 
 
 def test_one_run_prints_no_medians() -> None:
-    text = render(_results({"ours": [7.0], "plain_merge": [5.0]}))
+    text = _w2({"ours": [7.0], "plain_merge": [5.0]})
     assert "W2       time ours / plain one MERGE: 7.0s / 5.0s = 1.40x\n" in text + "\n"
     assert "medians" not in text
 
@@ -57,11 +55,9 @@ def test_the_option_reaches_the_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_scale_line_gives_each_size_s_median_and_every_run() -> None:
     run = {"seconds": 7.0, "profile": [], "batches": []}
-    results = {
-        "sizes": {"name": "full"},
-        "machine": "2 cores",
-        "code": "abc1234",
-        "ScaleRandom": {
+    text = rendered(
+        "ScaleRandom",
+        {
             "changes": 200_000,
             "shuffled": True,
             "runs": {"1000000": run, "10000000": {**run, "seconds": 10.5}},
@@ -69,8 +65,7 @@ def test_a_scale_line_gives_each_size_s_median_and_every_run() -> None:
             "time_ratio": 1.5,
             "rows_ratio": 10.0,
         },
-    }
-    text = render(results)
+    )
     assert "rows       7.0s  (median of 2 runs: 10.3/7.0 s)" in text
     assert "rows      10.5s  (median of 2 runs: 10.5/12.7 s)" in text
     assert "ScaleRandom time ratio 1.50x for 10x rows" in text
