@@ -462,14 +462,14 @@ def scale(
             every[rows].append(run_job(spark, job))
             say(f"{label}: {every[rows][-1].seconds:.1f}s")
             ws.remove()
-    runs = {rows: _median(done, lambda r: r.seconds) for rows, done in every.items()}
+    runs = {rows: _median(each, lambda r: r.seconds) for rows, each in every.items()}
     small, large = sizes.scale_rows
     return {
         "changes": len(changes),
         "shuffled": shuffled,
         **({"maintain": maintained} if clustered else {}),
         "runs": {str(r): run.as_json() for r, run in runs.items()},
-        "every": {str(r): [round(run.seconds, 3) for run in done] for r, done in every.items()},
+        "every": {str(r): [round(run.seconds, 3) for run in each] for r, each in every.items()},
         "time_ratio": round(runs[large].seconds / runs[small].seconds, 3),
         "rows_ratio": large / small,
     }
