@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--full-load-runs",
         type=int,
-        help="FullLoad: pairs of runs (ours, the append), medians reported (3)",
+        help="FullLoad: rounds of runs (ours, the append, our layout written plainly), "
+        "medians reported (3)",
     )
     parser.add_argument(
         "--latency-rate", type=float, help="Latency: transactions published per second (50)"

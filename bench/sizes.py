@@ -67,7 +67,8 @@ class Sizes:
     """FullLoad: rows of the one DMS full-load file (unique ids, ``Op`` = 'I') loaded into an
     empty table."""
     full_load_runs: int = 3
-    """FullLoad: pairs of runs (ours and the append, each on a fresh table); medians reported."""
+    """FullLoad: rounds of runs (ours, the blind append and our layout written plainly, each on
+    a fresh table); medians reported."""
     scale_runs: int = 2
     """Scale, ScaleRandom, ScaleClustered: rounds of runs (each size on a fresh table, in turn
     the small one first and the large one first); the median run of each size reported."""
