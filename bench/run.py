@@ -888,11 +888,7 @@ def render(results: dict[str, Any]) -> str:
             each = r.get("every", {}).get(rows, [])
             lines.append(
                 f"{work:<8} ours, W2 changes into {int(rows):>12,} rows {run['seconds']:>9.1f}s"
-                + (
-                    f"  (median of {len(each)} runs: " + "/".join(f"{x:.1f}" for x in each) + " s)"
-                    if len(each) > 1
-                    else ""
-                )
+                + (f"  (median of {len(each)} runs: {_seconds(each)})" if len(each) > 1 else "")
             )
             m = r.get("maintain", {}).get(rows)
             if m:
@@ -1011,12 +1007,13 @@ def _spread(runs: dict[str, list[float]] | None, names: dict[str, str]) -> str:
     contenders to print, and their labels); empty for a single run or none."""
     if not runs or len(runs.get("ours", [])) < 2:
         return ""
-    parts = [
-        f"{label} " + "/".join(f"{x:.1f}" for x in runs[key]) + " s"
-        for key, label in names.items()
-        if key in runs
-    ]
+    parts = [f"{label} {_seconds(runs[key])}" for key, label in names.items() if key in runs]
     return f" (medians of {len(runs['ours'])} runs: {', '.join(parts)})"
+
+
+def _seconds(runs: Sequence[float]) -> str:
+    """``a/b/c s``: the seconds of each run, in run order."""
+    return "/".join(f"{x:.1f}" for x in runs) + " s"
 
 
 def profile_lines(title: str, run: dict[str, Any]) -> list[str]:
