@@ -62,15 +62,16 @@ test-unit: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check streaming connectors tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 docs: $(STAMP)
 	$(VENV)/bin/cdc config-reference --output docs/config.md
 
 kafka-start: setup
-	$(PY) -m connectors.kafka_broker start --dir $(KAFKA_DIR) --port $(KAFKA_PORT)
+	$(PY) -m tests.support.kafka_broker start --dir $(KAFKA_DIR) --port $(KAFKA_PORT)
 
 kafka-stop: $(STAMP)
-	$(PY) -m connectors.kafka_broker stop --dir $(KAFKA_DIR)
+	$(PY) -m tests.support.kafka_broker stop --dir $(KAFKA_DIR)
 
 clean:
 	rm -rf $(VENV) jars .pytest_cache .mypy_cache .ruff_cache

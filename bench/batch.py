@@ -28,7 +28,7 @@ from bench.meter import BatchMeter
 from bench.ours import Workspace, run_job
 from bench.plain import plain_landing
 from bench.sizes import Sizes
-from streaming.job import Job
+from streaming.runtime.job import Job
 
 PLAIN_CONTENDERS = (("plain", False), ("plain_threads", True))
 """Name → MERGEs from threads?"""

@@ -3,7 +3,7 @@
 A workspace with W1's dataset, its three tables seeded (``Sizes.batch_rows`` rows each, and every
 table the job writes already created: a warehouse the job has run on before) and **one
 transaction of one row** waiting in the landing folder. Then, in a subprocess (a fresh Python
-and JVM), ``bench.cold_driver ours``: ``streaming.cli.main(["run", "--once", "--config", ...])``,
+and JVM), ``bench.cold_driver ours``: ``cli.main.main(["run", "--once", "--config", ...])``,
 what the ``cdc`` entry point runs, with timestamps around its phases. Measured: wall time from
 launching the process to its exit, split into process start → SparkSession ready → tables
 prepared (``Job.create``) → first batch done (the foreachBatch function returned) → query ended
@@ -32,8 +32,8 @@ from bench import data
 from bench.common import say, seed_tables
 from bench.ours import Workspace
 from bench.sizes import Sizes
-from streaming.config import load_config
-from streaming.job import Job
+from streaming.core.config import load_config
+from streaming.runtime.job import Job
 
 PROJECT = Path(__file__).resolve().parents[1]
 PHASES = (
@@ -120,7 +120,7 @@ def cold(spark: SparkSession, sizes: Sizes, base: Path) -> dict[str, Any]:
                 }
             )
         )
-    say("Cold: ours, `cdc run --once` (streaming.cli.main) in a fresh process")
+    say("Cold: ours, `cdc run --once` (streaming.cli.main.main) in a fresh process")
     ours = _split(_child("ours", root, config))
     statuses = _statuses(job.layout.outcomes)
     say(f"Cold: ours {ours['seconds']:.1f}s {ours['phases']} {statuses}")

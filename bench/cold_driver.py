@@ -1,7 +1,7 @@
 """The child process of the Cold workload (``bench.cold``): one fresh Python and JVM.
 
 ``python -m bench.cold_driver ours STAMPS CONFIG`` runs what ``cdc run --once --config CONFIG``
-runs (``streaming.cli.main``, the ``cdc`` entry point) with timestamps taken around its phases;
+runs (``streaming.cli.main.main``, the ``cdc`` entry point) with timestamps taken around its phases;
 ``python -m bench.cold_driver plain STAMPS CONFIG ARGS`` builds the same session from the same
 config and runs the plain baseline's query once (``availableNow``) over the same landing files.
 
@@ -54,12 +54,12 @@ def _stamp_returned(owner: Any, attr: str, stamp: str, *, classmethod_: bool = F
 
 def ours(config: str) -> int:
     """``cdc run --once --config CONFIG``, phases stamped."""
-    import streaming.session
-    from streaming import cli
-    from streaming.job import Job
+    import streaming.runtime.session
+    from streaming.cli import main as cli
+    from streaming.runtime.job import Job
 
     _stamp_first_batch()
-    _stamp_returned(streaming.session, "build_session", "session")
+    _stamp_returned(streaming.runtime.session, "build_session", "session")
     _stamp_returned(Job, "create", "tables", classmethod_=True)
     code = cli.main(["run", "--once", "--config", config])
     STAMPS["run"] = time.time()
@@ -69,8 +69,8 @@ def ours(config: str) -> int:
 def plain(config: str, args_file: str) -> int:
     """The plain baseline's first batch in this fresh process, on the config's session."""
     from bench.plain import plain_landing
-    from streaming.config import load_config
-    from streaming.session import build_session
+    from streaming.core.config import load_config
+    from streaming.runtime.session import build_session
 
     args = json.loads(Path(args_file).read_text())
     _stamp_first_batch()

@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 
 from bench import data
 from bench.sizes import Sizes
-from streaming.job import Job
+from streaming.runtime.job import Job
 
 SHUFFLE_PARTITIONS = 4
 """The config's default ``spark.shuffle_partitions``; the session uses the same."""

@@ -111,7 +111,7 @@ def seed_rows(
     w2_props: Sequence[Prop] = W2_PROPERTIES,
 ) -> DataFrame:
     """``rows`` rows of an object table (meta columns included, version 1), as our job writes
-    them: ``hash`` = sha2 of the JSON of the properties, like ``streaming.apply``. W2's table
+    them: ``hash`` = sha2 of the JSON of the properties, like ``apply.objects``. W2's table
     has the properties ``w2_props``: the default four, then extra ones (``w2_properties``)."""
     n = F.col("n")
 

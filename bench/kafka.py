@@ -1,4 +1,4 @@
-"""The Kafka workloads, against a real local broker (``connectors.kafka_broker``) that the runner
+"""The Kafka workloads, against a real local broker (``tests.support.kafka_broker``) that the runner
 starts on 127.0.0.1 (free ports) and stops at the end:
 
 - **W1K** — W1 over Kafka: W1's transactions (the same generator, the same data files under
@@ -36,11 +36,11 @@ from bench.common import SHUFFLE_PARTITIONS, rate, say, seed_tables
 from bench.ours import Workspace, run_job
 from bench.plain import PlainSink, kafka_payloads, kafka_stream
 from bench.sizes import Sizes
-from connectors.kafka_broker import LocalKafkaBroker
 from connectors.kafka_io import produce
-from streaming.config import KafkaConfig
-from streaming.job import Job
-from streaming.outcomes import Outcome
+from streaming.core.config import KafkaConfig
+from streaming.core.outcomes import Outcome
+from streaming.runtime.job import Job
+from tests.support.kafka_broker import LocalKafkaBroker
 
 
 def start_broker(base: Path) -> LocalKafkaBroker:

@@ -14,9 +14,9 @@ import deltalake
 from pyspark.sql import SparkSession
 
 from bench.profile import Profiler
-from streaming.config import AppConfig, parse_config
-from streaming.job import Job
-from streaming.tables import read_table
+from streaming.core.config import AppConfig, parse_config
+from streaming.runtime.job import Job
+from streaming.storage.tables import read_table
 
 TABLES: dict[str, Any] = {}
 """The ``tables`` section of every workspace's config (``bench.run.run`` sets it from the
@@ -112,7 +112,7 @@ def run_job(spark: SparkSession, job: Job, *, count_jobs: bool = True) -> OurRun
     outcomes = read_table(spark, job.layout.outcomes)
     statuses = {r["status"]: int(r["count"]) for r in outcomes.groupBy("status").count().collect()}
     counts: Counter[str] = Counter()
-    from streaming.outcomes import Outcome
+    from streaming.core.outcomes import Outcome
 
     for row in outcomes.where("status = 'COMMITTED'").select("outcome").collect():
         for action in Outcome.from_json(row["outcome"]).actions:

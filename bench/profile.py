@@ -1,7 +1,7 @@
 """Where the time of our path goes: timers wrapped around the sink's steps, in-process.
 
 Nothing in ``streaming/`` changes: while a ``Profiler`` is active it replaces a few attributes
-(the sink's step methods, the functions the sink and ``streaming.apply`` call, and
+(the sink's step methods, the functions the sink and ``streaming.apply.objects`` call, and
 ``DataFrame.localCheckpoint``, which is where the fold runs) with timing wrappers, and puts
 them back on exit. Each region records its wall time (inclusive of nested regions), how often
 it ran, and how many Spark jobs started inside it (job ids are sequential: the scheduler's
@@ -131,7 +131,10 @@ class Profiler:
         self._patched.append((owner, attr, original))
 
     def __enter__(self) -> Profiler:
-        from streaming import apply, ledger, loads, sink, system, timeline
+        from streaming.apply import objects as apply
+        from streaming.inputs import loads
+        from streaming.runtime import sink
+        from streaming.storage import ledger, system, timeline
 
         sink_cls = sink.Sink
         self.wrap(sink_cls, "__call__", "sink (foreachBatch)")
@@ -154,7 +157,7 @@ class Profiler:
         self.wrap(ledger, "record", "ledger append")
         self.wrap(system, "quarantine", "quarantine append")
         self.wrap(system, "write_outcomes", "outcomes append")
-        logger = logging.getLogger("streaming.sink")
+        logger = logging.getLogger("streaming.runtime.sink")
         self._level = logger.level
         logger.setLevel(logging.INFO)
         self._handler = _Capture(self.batch_lines)
@@ -165,7 +168,7 @@ class Profiler:
         for owner, attr, original in reversed(self._patched):
             setattr(owner, attr, original)
         self._patched.clear()
-        logger = logging.getLogger("streaming.sink")
+        logger = logging.getLogger("streaming.runtime.sink")
         logger.removeHandler(self._handler)
         logger.setLevel(self._level)
 

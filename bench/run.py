@@ -29,11 +29,11 @@ from bench import baselines, batch, cold, data, kafka
 from bench.common import SHUFFLE_PARTITIONS, column_of, rate, say, seed_tables
 from bench.ours import TABLES, OurRun, Workspace, run_job
 from bench.sizes import Sizes
-from connectors.kafka_broker import LocalKafkaBroker
-from streaming.config import SparkConfig
-from streaming.job import Job
-from streaming.maintain import maintain
-from streaming.session import build_session
+from streaming.core.config import SparkConfig
+from streaming.runtime.job import Job
+from streaming.runtime.session import build_session
+from streaming.storage.maintain import maintain
+from tests.support.kafka_broker import LocalKafkaBroker
 
 
 def session() -> SparkSession:

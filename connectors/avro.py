@@ -43,11 +43,11 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import SchemaParseException, UnknownType
 
-from streaming.config import BUILTIN_SCHEMA_PREFIX, AvroConfig, KafkaConfig, RegistryConfig
 from streaming.core.batch import RawRequest
-from streaming.errors import CdcError, ConfigError, RejectedError
-from streaming.outcomes import Outcome
-from streaming.requests import MAX_REQUEST_BYTES, decode_json
+from streaming.core.config import BUILTIN_SCHEMA_PREFIX, AvroConfig, KafkaConfig, RegistryConfig
+from streaming.core.errors import CdcError, ConfigError, RejectedError
+from streaming.core.outcomes import Outcome
+from streaming.core.requests import MAX_REQUEST_BYTES, decode_json
 
 MAGIC = 0
 HEADER = struct.Struct(">bI")

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from streaming.config import KafkaConfig
-from streaming.errors import CdcError, ConfigError
-from streaming.redact import option_secrets, redact_options, scrub
+from streaming.core.config import KafkaConfig
+from streaming.core.errors import CdcError, ConfigError
+from streaming.core.redact import option_secrets, redact_options, scrub
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -14,8 +14,8 @@ from confluent_kafka import (
 )
 
 from connectors.avro import AvroCodec, codec_for
-from streaming.config import KafkaConfig
-from streaming.outcomes import Outcome
+from streaming.core.config import KafkaConfig
+from streaming.core.outcomes import Outcome
 
 
 class _Delivery:

@@ -36,8 +36,8 @@ from pyspark.sql.types import (
 )
 
 from connectors.kafka_check import kafka_source_options
-from streaming.config import KafkaConfig, LandingConfig
 from streaming.core.batch import RawRequest, SourcePosition, split_landing_file
+from streaming.core.config import KafkaConfig, LandingConfig
 
 BINARY_FILE_SCHEMA = StructType(
     [

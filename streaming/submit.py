@@ -25,7 +25,7 @@ def _unshadow(path: list[str], here: Path) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``cdc run`` with ``argv`` (default: the command line); the CLI's exit code."""
-    from streaming.cli import main as cli_main
+    from streaming.cli.main import main as cli_main
 
     return cli_main(["run", *(sys.argv[1:] if argv is None else argv)])
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming.config import SparkConfig
-from streaming.session import build_session
+from streaming.core.config import SparkConfig
+from streaming.runtime.session import build_session
 from tests.support import Workspace
 
 
@@ -32,7 +32,7 @@ def spark() -> Iterator[SparkSession]:
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from connectors.kafka_broker import LocalKafkaBroker
+    from tests.support.kafka_broker import LocalKafkaBroker
 
     broker = LocalKafkaBroker(tmp_path_factory.mktemp("kafka"))
     broker.start()

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from streaming.errors import RejectedError
-from streaming.requests import (
+from streaming.core.errors import RejectedError
+from streaming.core.requests import (
     TransactionRequest,
     decode_json,
     salvage_transaction_id,
@@ -116,7 +116,7 @@ Verdict = Admitted | Refused | Repeated
 RequestDecoder = Callable[[RawRequest], Any]
 """A raw request → its JSON-shaped value (a dict, for a well-formed request), or ``RejectedError``
 with the decoding code (INVALID_JSON, INVALID_AVRO, UNKNOWN_SCHEMA_ID, ...). Validation of the
-value is the same for every wire format (``streaming.requests.validate_request``)."""
+value is the same for every wire format (``streaming.core.requests.validate_request``)."""
 
 
 def decode_json_request(raw: RawRequest) -> Any:

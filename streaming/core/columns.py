@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 
-from streaming.errors import RejectedError
+from streaming.core.errors import RejectedError
 
 
 class ColumnFormat(StrEnum):

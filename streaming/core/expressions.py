@@ -27,20 +27,24 @@ import base64
 import difflib
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 from string import hexdigits
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+from streaming.core.errors import RejectedError
 
-from streaming.errors import RejectedError
 
-if TYPE_CHECKING:
-    from streaming.catalog import NamedQuery, PropertyDef, QueryArgument, SchemaDef
+class Argument(Protocol):
+    """A declared argument of a named query or a query schema (``core.catalog.QueryArgument``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def type(self) -> str: ...
 
 
 class ExpressionError(ValueError):
@@ -508,7 +512,7 @@ def _shown(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _bind(where: str, argument: QueryArgument, value: object, is_list: bool) -> object:
+def _bind(where: str, argument: Argument, value: object, is_list: bool) -> object:
     """One argument's value (a list of them after ``in``); ``type!`` refuses null."""
     base, required = argument.type.removesuffix("!"), argument.type.endswith("!")
     try:
@@ -530,7 +534,7 @@ def _bind(where: str, argument: QueryArgument, value: object, is_list: bool) -> 
 
 
 def bind_arguments(
-    declared: Sequence[QueryArgument],
+    declared: Sequence[Argument],
     given: Mapping[str, Any],
     where: str,
     *,
@@ -556,96 +560,3 @@ def bind_arguments(
         )
     lists = _list_names(expression) if expression is not None else set()
     return {a.name: _bind(where, a, given[a.name], a.name in lists) for a in declared}
-
-
-# ---- Spark ------------------------------------------------------------------------------------
-
-_SPARK_OPS: dict[str, Callable[[Column, Column], Column]] = {
-    "||": lambda a, b: a | b,
-    "&&": lambda a, b: a & b,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-    "+": F.try_add,
-    "-": F.try_subtract,
-    "*": F.try_multiply,
-    "/": F.try_divide,
-    "%": F.try_mod,
-}
-
-
-def to_column(expr: Expr, column: Callable[[str], Column], arguments: Mapping[str, Any]) -> Column:
-    """``expr`` as a Spark Column. A name is a bound argument (``F.lit`` of its value) if it is a
-    key of ``arguments``, else ``column(name)``. Never SQL text."""
-
-    def is_null(e: Expr) -> bool:
-        if isinstance(e, Name):
-            return e.name in arguments and arguments[e.name] is None
-        return isinstance(e, Literal) and e.value is None
-
-    def build(e: Expr) -> Column:
-        if isinstance(e, Literal):
-            return F.lit(e.value)
-        if isinstance(e, Name):
-            return F.lit(arguments[e.name]) if e.name in arguments else column(e.name)
-        if isinstance(e, Unary):
-            return ~build(e.operand) if e.op == "!" else -build(e.operand)
-        if isinstance(e, In):
-            return build_in(e)
-        if e.op in ("==", "!="):
-            for tested, other in ((e.left, e.right), (e.right, e.left)):
-                if is_null(other):
-                    value = build(tested)
-                    return value.isNull() if e.op == "==" else value.isNotNull()
-        return _SPARK_OPS[e.op](build(e.left), build(e.right))
-
-    def build_in(e: In) -> Column:
-        value = build(e.value)
-        if isinstance(e.options, tuple):
-            return value.isin([build(item) for item in e.options])
-        name = e.options.name
-        if name not in arguments:
-            return F.array_contains(column(name), value)
-        items = arguments[name]
-        return value.isin(
-            [F.lit(v) for v in (items if isinstance(items, list | tuple) else [items])]
-        )
-
-    return build(expr)
-
-
-def query_filter(
-    query: NamedQuery, given: Mapping[str, Any], column: Callable[[str], Column], where: str
-) -> Column:
-    """One request's filter for a named query: parse, bind ``given`` (RejectedError), compile."""
-    expr = parse_expression(query.expression)
-    return to_column(expr, column, bind_arguments(query.arguments, given, where, expression=expr))
-
-
-# ---- dataset definitions ----------------------------------------------------------------------
-
-_OBJECT_META = {"id": "string", "version": "integer", "created": "datetime", "updated": "datetime"}
-
-
-def _field_types(properties: Mapping[str, PropertyDef], prefix: str = "") -> dict[str, str]:
-    """Property name → catalog type; nested object properties as dotted names (``a.b``)."""
-    types: dict[str, str] = {}
-    for name, definition in properties.items():
-        types[prefix + name] = definition.base_type
-        if definition.properties is not None:
-            types.update(_field_types(definition.properties, f"{prefix}{name}."))
-    return types
-
-
-def query_problems(schema: SchemaDef) -> Iterator[str]:
-    """Each named query parses and uses only the schema's columns and the query's arguments."""
-    fields = {**(_OBJECT_META if schema.is_object else {}), **_field_types(schema.properties)}
-    for name, query in schema.queries.items():
-        arguments = {a.name: a.type for a in query.arguments}
-        try:
-            check_expression(parse_expression(query.expression), fields, arguments)
-        except ExpressionError as e:
-            yield f"{schema.name}.queries.{name}.expression: {e}"

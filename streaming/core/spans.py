@@ -12,7 +12,7 @@ every stored row of every key of the batch: a key's row lies in a file whose ran
 key, and that file's span is one of them. A key outside every span has no stored row.
 
 Plain functions over small inputs: the Spark side (the files' ranges from Delta's log, the keys'
-spans by a join when the keys are not on the driver) is in ``streaming.apply``.
+spans by a join when the keys are not on the driver) is in ``streaming.apply.objects``.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming.outcomes import Outcome, Status
-from streaming.tables import read_table
+from streaming.core.outcomes import Outcome, Status
+from streaming.storage.tables import read_table
 from tests.support import Workspace, request
 
 pytestmark = pytest.mark.spark

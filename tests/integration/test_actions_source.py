@@ -13,9 +13,10 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from streaming.job import Job
-from streaming.outcomes import Outcome, Status
-from streaming.tables import current_schema, read_table
+from streaming.core.outcomes import Outcome, Status
+from streaming.runtime.job import Job
+from streaming.storage.schemas import current_schema
+from streaming.storage.tables import read_table
 from tests.support import Workspace, request
 
 pytestmark = pytest.mark.spark

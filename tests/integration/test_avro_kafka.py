@@ -27,11 +27,11 @@ from pyspark.sql import SparkSession
 
 from connectors.avro import RegistryError, codec_for
 from connectors.kafka_io import produce, read_outcomes
-from streaming.cli import main
-from streaming.config import AppConfig
-from streaming.job import Job
-from streaming.outcomes import Outcome, Status
-from streaming.tables import read_table
+from streaming.cli.main import main
+from streaming.core.config import AppConfig
+from streaming.core.outcomes import Outcome, Status
+from streaming.runtime.job import Job
+from streaming.storage.tables import read_table
 from tests import fake_registry
 from tests.support import Workspace, request, upsert
 

@@ -22,9 +22,9 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming.job import Job
-from streaming.outcomes import Outcome, Status
-from streaming.tables import read_table
+from streaming.core.outcomes import Outcome, Status
+from streaming.runtime.job import Job
+from streaming.storage.tables import read_table
 from tests.support import Workspace
 
 pytestmark = pytest.mark.spark

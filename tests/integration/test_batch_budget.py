@@ -15,9 +15,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from streaming.core.batch import split_landing_file
-from streaming.job import Job
-from streaming.metering import next_job_id
-from streaming.outcomes import Status
+from streaming.core.outcomes import Status
+from streaming.runtime.job import Job
+from streaming.runtime.metering import next_job_id
 from tests.support import Workspace, request
 
 pytestmark = pytest.mark.spark

@@ -24,7 +24,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from streaming.loads import _always_castable, _castable
+from streaming.inputs.loads import _always_castable, _castable
 
 pytestmark = pytest.mark.spark
 

@@ -8,7 +8,7 @@ from delta.tables import DeltaTable
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from streaming.cli import main
+from streaming.cli.main import main
 from tests.support import Workspace, request, upsert
 
 pytestmark = pytest.mark.spark

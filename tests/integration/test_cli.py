@@ -10,10 +10,10 @@ from pathlib import Path
 import deltalake
 import pytest
 
-from streaming.cli import build_parser, main
+from streaming.cli.main import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[2]
-CDC = [sys.executable, "-m", "streaming.cli"]
+CDC = [sys.executable, "-m", "streaming.cli.main"]
 
 
 @pytest.mark.parametrize("command", ["run", "demo", "publish", "results", "show"])

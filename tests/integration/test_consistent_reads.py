@@ -1,5 +1,5 @@
 """Consistent multi-table reads (DESIGN.md §4.6): every table at the version the ledger recorded
-for the last completed batch, not at its latest version (`streaming.consistent`,
+for the last completed batch, not at its latest version (`streaming.storage.consistent`,
 ``cdc show --consistent``)."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming.cli import main
-from streaming.consistent import consistent_versions, read_consistent
-from streaming.outcomes import Outcome
-from streaming.tables import current_schema, read_table
+from streaming.cli.main import main
+from streaming.core.outcomes import Outcome
+from streaming.storage.consistent import consistent_versions, read_consistent
+from streaming.storage.schemas import current_schema
+from streaming.storage.tables import read_table
 from tests.support import Workspace, request, upsert
 
 pytestmark = pytest.mark.spark

@@ -1,5 +1,5 @@
 """Kill the driver (SIGKILL) at each named crash point of a batch, restart, and check that every
-transaction is applied exactly once and has an outcome (DESIGN.md §4, streaming/faults.py).
+transaction is applied exactly once and has an outcome (DESIGN.md §4, streaming/core/faults.py).
 
 The job runs as users run it — ``cdc run --once`` in a process of its own — over one batch of
 three requests: one writing two tables, one deleting, one malformed."""
@@ -16,7 +16,7 @@ from typing import Any
 import deltalake
 import pytest
 
-from streaming.faults import CRASH_ENV, POINTS
+from streaming.core.faults import CRASH_ENV, POINTS
 from tests.support import Workspace, request
 
 pytestmark = pytest.mark.spark
@@ -43,7 +43,7 @@ def run(ws: Workspace, crash_at: str | None) -> subprocess.CompletedProcess[str]
     if crash_at:
         env[CRASH_ENV] = crash_at
     return subprocess.run(
-        [sys.executable, "-m", "streaming.cli", "run", "--once", "--config", "cdc.yaml"],
+        [sys.executable, "-m", "streaming.cli.main", "run", "--once", "--config", "cdc.yaml"],
         cwd=ws.root,
         env={**env, "PYTHONPATH": str(ROOT)},
         capture_output=True,

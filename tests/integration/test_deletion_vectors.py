@@ -14,11 +14,11 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming import apply as apply_module
-from streaming.evolution import DELETION_VECTORS_PROPERTY
-from streaming.maintain import maintain
-from streaming.outcomes import Outcome, Status
-from streaming.tables import read_table
+from streaming.apply import objects as apply_module
+from streaming.core.outcomes import Outcome, Status
+from streaming.storage.evolution import DELETION_VECTORS_PROPERTY
+from streaming.storage.maintain import maintain
+from streaming.storage.tables import read_table
 from tests.integration.test_merge_pruning import PET
 from tests.support import Workspace, request, upsert
 

@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming import loads as loads_module
-from streaming.maintain import all_tables
-from streaming.outcomes import Outcome, Status
-from streaming.tables import read_table
+from streaming.core.outcomes import Outcome, Status
+from streaming.inputs import loads as loads_module
+from streaming.storage.maintain import all_tables
+from streaming.storage.tables import read_table
 from tests.support import Workspace
 
 pytestmark = pytest.mark.spark
@@ -261,7 +261,7 @@ def test_a_delete_newer_than_the_insert_after_it_keeps_the_key_deleted(
     table, with a newer TS than the insert that follows it in the file, is ``skipped`` (nothing
     to delete) but its TS is kept as the key's tombstone: the older insert is ``stale``, in
     this batch and in a later one (found by the W2 benchmark's plain one-MERGE)."""
-    from streaming import apply as apply_module
+    from streaming.apply import objects as apply_module
 
     if fold == "executors":
         monkeypatch.setattr(apply_module, "DRIVER_FOLD_MAX_ROWS", 0)

@@ -16,11 +16,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from streaming.core.columns import ColumnFormat
-from streaming.loads import ROW, _read_files
-from streaming.outcomes import Status
-from streaming.plan import Files, Location
-from streaming.requests import DataFormat
-from streaming.tables import read_table
+from streaming.core.outcomes import Status
+from streaming.core.plan import Files, Location
+from streaming.core.requests import DataFormat
+from streaming.inputs.loads import ROW, _read_files
+from streaming.storage.tables import read_table
 from tests.support import Workspace, request
 
 pytestmark = pytest.mark.spark

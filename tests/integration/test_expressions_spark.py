@@ -23,15 +23,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from streaming.catalog import QueryArgument, parse_dataset
-from streaming.core.expressions import (
-    bind_arguments,
-    check_expression,
-    parse_expression,
-    query_filter,
-    to_column,
-)
-from streaming.errors import RejectedError
+from streaming.core.catalog import QueryArgument, parse_dataset
+from streaming.core.errors import RejectedError
+from streaming.core.expressions import bind_arguments, check_expression, parse_expression
+from streaming.inputs.filters import query_filter, to_column
 
 pytestmark = pytest.mark.spark
 

@@ -11,9 +11,9 @@ import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming import apply as apply_module
-from streaming import loads as loads_module
-from streaming import sqlfold
+from streaming.apply import objects as apply_module
+from streaming.apply import sqlfold
+from streaming.inputs import loads as loads_module
 from tests.integration.test_dms import ORDER, dms_workspace, order, outcomes
 from tests.support import Workspace
 

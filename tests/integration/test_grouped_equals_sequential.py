@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from streaming import apply as apply_module
+from streaming.apply import objects as apply_module
 from streaming.core.batch import split_landing_file
-from streaming.job import Job
-from streaming.outcomes import Status
+from streaming.core.outcomes import Status
+from streaming.runtime.job import Job
 from tests.support import Workspace, request
 
 pytestmark = pytest.mark.spark
@@ -143,8 +143,8 @@ def test_grouped_batch_equals_one_transaction_at_a_time(
     monkeypatch: pytest.MonkeyPatch,
     fold: str,
 ) -> None:
-    """Both ways the sink folds a table's changes (``streaming.apply``): on the driver (small
-    change sets, the usual micro-batch) and on the JVM (large ones, `streaming.sqlfold`)."""
+    """Both ways the sink folds a table's changes (``apply.objects``): on the driver (small
+    change sets, the usual micro-batch) and on the JVM (large ones, `streaming.apply.sqlfold`)."""
     if fold == "executors":
         monkeypatch.setattr(apply_module, "DRIVER_FOLD_MAX_ROWS", 0)
     sequences = generated_sequences(SEQUENCES)

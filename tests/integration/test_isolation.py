@@ -9,9 +9,9 @@ import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming.outcomes import Outcome, Status
-from streaming.sink import Sink
-from streaming.tables import read_table
+from streaming.core.outcomes import Outcome, Status
+from streaming.runtime.sink import Sink
+from streaming.storage.tables import read_table
 from tests.support import Workspace, request
 
 pytestmark = pytest.mark.spark

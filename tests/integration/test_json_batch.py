@@ -1,4 +1,4 @@
-"""JSON-lines loads of a micro-batch are read together (``streaming.jsonfiles``): what a
+"""JSON-lines loads of a micro-batch are read together (``streaming.inputs.jsonfiles``): what a
 one-load-at-a-time read did must still hold per load, and the number of Spark jobs must not grow
 with the number of transactions in the batch."""
 
@@ -10,9 +10,9 @@ import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming import loads as loads_module
-from streaming.outcomes import Outcome, Status
-from streaming.tables import read_table
+from streaming.core.outcomes import Outcome, Status
+from streaming.inputs import loads as loads_module
+from streaming.storage.tables import read_table
 from tests.support import Workspace, request, upsert
 
 pytestmark = pytest.mark.spark

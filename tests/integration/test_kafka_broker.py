@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from connectors.kafka_broker import BrokerError, LocalKafkaBroker, free_port
+from tests.support.kafka_broker import BrokerError, LocalKafkaBroker, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "connectors.kafka_broker"]
+CLI = [sys.executable, "-m", "tests.support.kafka_broker"]
 MESSAGES = [b"first", b"second", b"third"]
 
 

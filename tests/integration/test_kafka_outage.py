@@ -12,12 +12,12 @@ import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
-from connectors.kafka_broker import LocalKafkaBroker
 from connectors.kafka_io import produce, read_outcomes
-from streaming.job import Job
-from streaming.outcomes import Status
-from streaming.tables import read_table
+from streaming.core.outcomes import Status
+from streaming.runtime.job import Job
+from streaming.storage.tables import read_table
 from tests.support import Workspace, request, upsert
+from tests.support.kafka_broker import LocalKafkaBroker
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

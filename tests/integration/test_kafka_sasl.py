@@ -28,16 +28,16 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, TopicPartition
 
-from connectors.kafka_broker import LocalKafkaBroker
-from streaming.cli import main
-from streaming.layout import Layout
-from streaming.outcomes import Outcome, Status
+from streaming.cli.main import main
+from streaming.core.layout import Layout
+from streaming.core.outcomes import Outcome, Status
 from tests.support import request, upsert
+from tests.support.kafka_broker import LocalKafkaBroker
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 ROOT = Path(__file__).resolve().parents[2]
-CDC = [sys.executable, "-m", "streaming.cli"]
+CDC = [sys.executable, "-m", "streaming.cli.main"]
 USER = "cdc-alice"
 PASSWORD = f"sasl-right-{uuid.uuid4().hex[:12]}"
 WRONG = f"sasl-wrong-{uuid.uuid4().hex[:12]}"

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming import ledger
 from streaming.core.batch import RawRequest, split_landing_file
-from streaming.job import Job
-from streaming.outcomes import Status
+from streaming.core.outcomes import Status
+from streaming.runtime.job import Job
+from streaming.storage import ledger
 from tests.support import Workspace, request, upsert
 
 pytestmark = pytest.mark.spark

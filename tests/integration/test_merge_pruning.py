@@ -14,8 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from streaming.apply import MERGE_BROADCAST_MAX_BYTES, broadcast_limit
-from streaming.tables import read_table, session_conf
+from streaming.apply.objects import MERGE_BROADCAST_MAX_BYTES, broadcast_limit
+from streaming.storage.commits import session_conf
+from streaming.storage.tables import read_table
 from tests.support import Workspace, request, upsert
 
 pytestmark = pytest.mark.spark
@@ -96,7 +97,7 @@ def test_the_stored_rows_of_a_batch_are_those_of_its_keys(
 ) -> None:
     """The driver fold reads only its keys' stored rows: as a filter Delta skips files with (up
     to ``KEY_PUSHDOWN_MAX`` keys), else as a broadcast semi-join; both read the same rows."""
-    from streaming import apply
+    from streaming.apply import objects as apply
 
     path = str(tmp_path)
     spark.createDataFrame([(f"k{i}", i) for i in range(40)], "id string, n int").repartition(
@@ -116,7 +117,7 @@ def test_maintain_cluster_gives_each_file_its_own_id_range_so_a_merge_rewrites_o
     file spans it, no MERGE can skip one). ``cdc maintain --cluster`` Z-orders the current table
     by id: afterwards the files' id ranges do not overlap, the rows are those before (versions and
     hashes too), and a batch that changes one key rewrites one file."""
-    from streaming.maintain import current_tables, maintain
+    from streaming.storage.maintain import current_tables, maintain
 
     ws.dataset("petstore", PET)
     numbers = random.Random(7).sample(range(1_000_000), 3 * 20_000)
@@ -183,7 +184,7 @@ def test_a_batch_of_many_keys_reads_and_merges_only_the_id_spans_of_its_keys(
     executors' fold: the files' id ranges (Delta's statistics) give the spans that can hold the
     batch's keys, and the stored-row read and the MERGE name only those: the files of ranges 1
     and 3, not 0 and 2; a new key beyond every range needs none. The rows are what they must be."""
-    from streaming import apply
+    from streaming.apply import objects as apply
 
     monkeypatch.setattr(apply, "KEY_PUSHDOWN_MAX", 0)
     if fold == "executors":
@@ -237,7 +238,7 @@ def test_id_ranges_come_from_the_snapshot_held_at_that_version(
 ) -> None:
     """Each file's id range from Delta's statistics; None for a table of one file (the checksum
     says so), for a version this process does not hold, and for ids longer than Delta keeps."""
-    from streaming.tables import id_ranges
+    from streaming.storage.log import id_ranges
 
     path = str(tmp_path)
     rows = [(f"k{i:02d}", i) for i in range(30)]
@@ -271,8 +272,8 @@ def test_one_of_selects_what_isin_selects_and_delta_skips_files_with_it(
     odd ids, which sort outside range 2, make it read more files — with ``isin`` too); empty ids
     and ids holding the separator take ``isin`` itself. ``loads._ordinal_in`` compares longs
     through it."""
-    from streaming.loads import _ordinal_in
-    from streaming.tables import one_of
+    from streaming.inputs.loads import _ordinal_in
+    from streaming.storage.tables import one_of
 
     path = str(tmp_path / "t")
     odd = ["it's", "back\\slash", "comma,id", "ünï", "a b", "\\u0041", 'q"q', "x\ny"]

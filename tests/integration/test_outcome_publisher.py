@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaException
 
-from connectors.kafka_broker import free_port
 from connectors.kafka_io import OutcomePublisher, outcome_publisher, read_outcomes
-from streaming.config import KafkaConfig
-from streaming.outcomes import Outcome, Status
+from streaming.core.config import KafkaConfig
+from streaming.core.outcomes import Outcome, Status
+from tests.support.kafka_broker import free_port
 
 pytestmark = [pytest.mark.kafka]
 

@@ -1,5 +1,5 @@
 """A schema with a map-typed property keeps the Python fold for large change sets (maps do not
-compare in SQL, ``streaming.sqlfold.supported``): through the large path it gives what the
+compare in SQL, ``streaming.apply.sqlfold.supported``): through the large path it gives what the
 driver fold gives — rows, versions, hashes, history and counts."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming import apply as apply_module
-from streaming.layout import Layout
+from streaming.apply import objects as apply_module
+from streaming.core.layout import Layout
 from tests.integration.test_upsert_landing import outcomes
 from tests.support import Workspace, request, upsert
 

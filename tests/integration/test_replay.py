@@ -10,14 +10,15 @@ import deltalake
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from streaming import apply as apply_module
-from streaming import sink as sink_module
-from streaming import tables as tables_module
-from streaming import timeline as timeline_module
+from streaming.apply import objects as apply_module
 from streaming.core.batch import RawRequest, split_landing_file
-from streaming.job import Job
-from streaming.outcomes import Status
-from streaming.tables import BatchCommit, read_table
+from streaming.core.outcomes import Status
+from streaming.runtime import sink as sink_module
+from streaming.runtime.job import Job
+from streaming.storage import commits as commits_module
+from streaming.storage import timeline as timeline_module
+from streaming.storage.commits import BatchCommit
+from streaming.storage.tables import read_table
 from tests.support import Workspace, request, upsert
 
 pytestmark = pytest.mark.spark
@@ -66,13 +67,13 @@ def test_only_a_batch_that_may_have_run_before_looks_for_its_earlier_commits(
     second = split_landing_file("file:/landing/b.jsonl", T0, body, T0)
     job = Job.create(spark, ws.config())
     searched: list[tuple[str, int]] = []
-    real = tables_module.batch_commits
+    real = commits_module.batch_commits
 
     def spy(spark: SparkSession, path: str, query: str, batch_id: int) -> object:
         searched.append((path, batch_id))
         return real(spark, path, query, batch_id)
 
-    monkeypatch.setattr(tables_module, "batch_commits", spy)
+    monkeypatch.setattr(commits_module, "batch_commits", spy)
     monkeypatch.setattr(timeline_module, "batch_commits", spy)
 
     job.sink.process(raws, batch_id=0)

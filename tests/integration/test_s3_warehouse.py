@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from streaming.faults import CRASH_ENV
+from streaming.core.faults import CRASH_ENV
 from tests.support import request
 
 pytestmark = pytest.mark.s3
@@ -189,7 +189,7 @@ class Cdc:
         return {**env, **KEYS, "PYTHONPATH": str(ROOT)}
 
     def command(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "streaming.cli", *args, "--config", "cdc.yaml"]
+        return [sys.executable, "-m", "streaming.cli.main", *args, "--config", "cdc.yaml"]
 
     def __call__(self, *args: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

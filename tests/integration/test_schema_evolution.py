@@ -16,17 +16,17 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from streaming.evolution import (
+from streaming.core.layout import Layout
+from streaming.core.outcomes import Outcome, Status
+from streaming.runtime.job import Job
+from streaming.storage.evolution import (
     COMMIT_KEY,
     TOMBSTONE_PROPERTY,
     WATERMARK_PROPERTY,
     IncompatibleSchemaChange,
 )
-from streaming.job import Job
-from streaming.layout import Layout
-from streaming.maintain import all_tables
-from streaming.outcomes import Outcome, Status
-from streaming.tables import read_table
+from streaming.storage.maintain import all_tables
+from streaming.storage.tables import read_table
 from tests.support import Workspace, request, upsert
 
 pytestmark = pytest.mark.spark

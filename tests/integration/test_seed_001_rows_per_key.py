@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming.outcomes import Outcome, Status
-from streaming.tables import read_table
+from streaming.core.outcomes import Outcome, Status
+from streaming.storage.tables import read_table
 from tests.support import Workspace, request, upsert
 
 pytestmark = pytest.mark.spark

@@ -6,7 +6,7 @@ deploy.md's command and installed into a fresh Python environment; spark-submit 
 installed ``streaming/submit.py`` in client mode against the master with the jars of
 ``jars/spark`` and ``spark.master: null`` in the config. The job applies a landing-folder
 transaction (driver fold) and a DMS full load larger than ``DRIVER_FOLD_MAX_ROWS`` plus a DMS
-change file (folded on the executors' JVMs, ``streaming.sqlfold``: no Python worker); delta-rs
+change file (folded on the executors' JVMs, ``streaming.apply.sqlfold``: no Python worker); delta-rs
 reads the tables. Spark's event log and the master's JSON show the executors on the two workers
 did the work.
 
@@ -42,8 +42,8 @@ import pyarrow.parquet as pq
 import pyspark
 import pytest
 
-from streaming.apply import DRIVER_FOLD_MAX_ROWS
-from streaming.outcomes import Outcome, Status
+from streaming.apply.objects import DRIVER_FOLD_MAX_ROWS
+from streaming.core.outcomes import Outcome, Status
 from tests.support import request, upsert
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The fold on the JVM (``streaming.sqlfold``) against the reference fold (``core.fold``).
+"""The fold on the JVM (``streaming.apply.sqlfold``) against the reference fold (``core.fold``).
 
 Generated sequences — every change kind, PATCH column sets, the extended format's Missing and
 Aggregate flags, REPLACE scopes' versions, watermarks with NULLs and ties, stored live rows,
@@ -23,9 +23,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from streaming.apply import _fold_schema, _Folder
+from streaming.apply.objects import _fold_schema, _Folder
+from streaming.apply.sqlfold import first_rows, fold_rows, supported
 from streaming.core.fold import ChangeKind, fold
-from streaming.sqlfold import first_rows, fold_rows, supported
 
 SEQUENCES = 600
 DATA = StructType(

@@ -15,10 +15,10 @@ import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming.cli import main
-from streaming.config import LogConfig
-from streaming.job import Job
-from streaming.logs import configure_logging
+from streaming.cli.main import main
+from streaming.core.config import LogConfig
+from streaming.runtime.job import Job
+from streaming.runtime.logs import configure_logging
 from tests.support import Workspace, request, upsert
 
 pytestmark = pytest.mark.spark
@@ -61,7 +61,7 @@ def test_status_counts_a_known_mix(
     logged = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line[:1] == "{"]
     progress = [e for e in logged if e.get("event") == "query_progress"]
     assert [e["batchId"] for e in progress] == [0, 1]
-    assert {e["logger"] for e in progress} == {"streaming.observe"}, progress
+    assert {e["logger"] for e in progress} == {"streaming.runtime.observe"}, progress
 
     assert main(["status", "--config", str(config_file), "--json"]) == 0
     status = json.loads(capsys.readouterr().out)

@@ -1,4 +1,4 @@
-"""Tombstones held on the driver between batches (``streaming.tombstones``): a key deleted in one
+"""Tombstones held on the driver between batches (``storage.tombstones``): a key deleted in one
 batch and written again in a later one continues from its tombstone's version without reading
 the tombstones table again; a tombstone another writer added in between is seen."""
 
@@ -11,10 +11,10 @@ import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming import tombstones
 from streaming.core.batch import RawRequest, split_landing_file
-from streaming.job import Job
-from streaming.outcomes import Status
+from streaming.core.outcomes import Status
+from streaming.runtime.job import Job
+from streaming.storage import tombstones
 from tests.support import Workspace, request, upsert
 
 pytestmark = pytest.mark.spark

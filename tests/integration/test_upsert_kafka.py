@@ -11,9 +11,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from connectors.kafka_io import produce, read_outcomes
-from streaming.cli import main
-from streaming.config import AppConfig
-from streaming.outcomes import Outcome, Status
+from streaming.cli.main import main
+from streaming.core.config import AppConfig
+from streaming.core.outcomes import Outcome, Status
 from tests.support import Workspace, request, upsert
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]

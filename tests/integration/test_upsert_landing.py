@@ -11,10 +11,10 @@ import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming.cli import main
-from streaming.layout import Layout
-from streaming.outcomes import Outcome, Status
-from streaming.tables import read_table
+from streaming.cli.main import main
+from streaming.core.layout import Layout
+from streaming.core.outcomes import Outcome, Status
+from streaming.storage.tables import read_table
 from tests.support import Workspace, request, upsert
 
 pytestmark = pytest.mark.spark

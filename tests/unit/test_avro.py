@@ -26,11 +26,11 @@ from connectors.avro import (
     encode,
     load_schema,
 )
-from streaming.config import AvroConfig, KafkaConfig, parse_config
 from streaming.core.batch import Admitted, RawRequest, Refused, SourcePosition, triage
-from streaming.errors import ConfigError, RejectedError
-from streaming.outcomes import ActionOutcome, ErrorInfo, Outcome, Status
-from streaming.requests import Action, TransactionRequest, parse_request
+from streaming.core.config import AvroConfig, KafkaConfig, parse_config
+from streaming.core.errors import ConfigError, RejectedError
+from streaming.core.outcomes import ActionOutcome, ErrorInfo, Outcome, Status
+from streaming.core.requests import Action, TransactionRequest, parse_request
 from tests import fake_registry
 from tests.fake_registry import serve
 

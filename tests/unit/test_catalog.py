@@ -23,9 +23,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from streaming.catalog import Dataset, PropertyDef, TombstoneKey, load_dataset, parse_dataset
+from streaming.core.catalog import Dataset, PropertyDef, TombstoneKey, load_dataset, parse_dataset
 from streaming.core.columns import ColumnFormat
-from streaming.errors import ConfigError
+from streaming.core.errors import ConfigError
+from streaming.storage.schemas import meta_fields, spark_schema, spark_type
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -173,8 +174,8 @@ def test_upsert_example_Dog_is_an_object_schema_by_default() -> None:
         ["petstore", "Dog"],
     )
     assert dog.data_columns() == ["name"]
-    assert dog.spark_schema() == StructType([StructField("name", StringType())])
-    assert [(f.name, f.dataType, f.nullable) for f in dog.meta_columns] == [
+    assert spark_schema(dog) == StructType([StructField("name", StringType())])
+    assert [(f.name, f.dataType, f.nullable) for f in meta_fields(dog)] == [
         ("id", StringType(), False),
         ("version", LongType(), False),
         ("created", TimestampType(), False),
@@ -201,7 +202,7 @@ def test_patch_example_NextDogAge_is_a_query_using_DOG_with_a_required_id() -> N
     assert query.data_columns() == ["id", "age"]  # only an object's id is a meta column
     assert query.properties["id"].is_required and query.properties["id"].base_type == "string"
     assert not query.properties["age"].is_required
-    assert query.meta_columns == [] and dataset.object_schemas() == [
+    assert meta_fields(query) == [] and dataset.object_schemas() == [
         dataset.schemas["petstore.Dog"]
     ]
 
@@ -217,7 +218,7 @@ def test_merge_example_DogChangeStatsAudit_declares_id_which_is_the_meta_column(
     audit = parse(DOG_CHANGE_STATS_AUDIT).schemas["petstore.DogChangeStatsAudit"]
     assert list(audit.properties) == ["id", "total"]
     assert audit.data_columns() == ["total"]
-    assert audit.spark_schema() == StructType([StructField("total", LongType())])
+    assert spark_schema(audit) == StructType([StructField("total", LongType())])
 
 
 def test_replace_example_DogWithYear_AdoptedDogs_byYear_and_DogYearStatus() -> None:
@@ -287,7 +288,7 @@ def test_petstore_dataset_file_holds_every_seed_schema() -> None:
 def test_property_types_map_to_spark_types(
     definition: dict[str, object], expected: DataType
 ) -> None:
-    assert PropertyDef.model_validate(definition).spark_type() == expected
+    assert spark_type(PropertyDef.model_validate(definition)) == expected
 
 
 def test_cdc_keys_and_per_schema_column_defaults() -> None:

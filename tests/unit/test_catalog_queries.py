@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streaming.catalog import load_dataset, parse_dataset
-from streaming.core.expressions import query_problems
-from streaming.errors import ConfigError
+from streaming.core.catalog import load_dataset, parse_dataset, query_problems
+from streaming.core.errors import ConfigError
 
 DOG_CHANGE = """
 petstore.DogChange:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from streaming.cli import build_parser, main
-from streaming.layout import CURRENT_FILE_MIB
+from streaming.cli.main import build_parser, main
+from streaming.core.layout import CURRENT_FILE_MIB
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streaming.core.columns import ColumnFormat, resolve_columns, source_name
-from streaming.errors import RejectedError
+from streaming.core.errors import RejectedError
 
 
 def test_column_format_as_specified_myField_is_myField() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from streaming.tables import BatchCommit, scan_commits
+from streaming.storage.commits import BatchCommit, scan_commits
 
 AT = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 

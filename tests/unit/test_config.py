@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from streaming.config import load_config
-from streaming.errors import ConfigError
+from streaming.core.config import load_config
+from streaming.core.errors import ConfigError
 
 DESIGN_EXAMPLE = """\
 warehouse: ./warehouse

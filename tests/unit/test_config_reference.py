@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from streaming.cli import main
-from streaming.config import AppConfig
-from streaming.config_reference import render, rows
+from streaming.cli.config_reference import render, rows
+from streaming.cli.main import main
+from streaming.core.config import AppConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "config.md"

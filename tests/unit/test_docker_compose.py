@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from streaming.config import parse_config
-from streaming.errors import ConfigError
+from streaming.core.config import parse_config
+from streaming.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_FILE = "cdc.docker.yaml"

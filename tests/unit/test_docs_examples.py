@@ -4,7 +4,7 @@
   is validated with placeholder `warehouse`/`checkpoints`) or a dataset definition (validated by
   the catalog);
 - every ```json block is JSON (one document, or one per line) and every transaction request in it
-  parses with streaming/requests.py's parser;
+  parses with streaming/core/requests.py's parser;
 - every `cdc <subcommand> --option` in a code block or code span names a subcommand and options
   the CLI's argparse parser has;
 - the error codes of docs/troubleshooting.md (first column of its tables) are exactly the codes
@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 import yaml
 
-from streaming.catalog import parse_dataset
-from streaming.cli import build_parser
-from streaming.config import AppConfig, parse_config
-from streaming.errors import CdcError
-from streaming.requests import parse_request
+from streaming.cli.main import build_parser
+from streaming.core.catalog import parse_dataset
+from streaming.core.config import AppConfig, parse_config
+from streaming.core.errors import CdcError
+from streaming.core.requests import parse_request
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -20,8 +20,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from streaming.catalog import SchemaDef, parse_dataset
-from streaming.evolution import (
+from streaming.core.catalog import SchemaDef, parse_dataset
+from streaming.core.layout import Layout
+from streaming.storage.evolution import (
     DELETION_VECTORS_PROPERTY,
     TOMBSTONE_PROPERTY,
     WATERMARK_PROPERTY,
@@ -35,8 +36,7 @@ from streaming.evolution import (
     schema_tables,
     type_name,
 )
-from streaming.layout import Layout
-from streaming.tables import current_schema, history_schema, tombstones_schema
+from streaming.storage.schemas import current_schema, history_schema, tombstones_schema
 
 LAYOUT = Layout("/wh", "/cp")
 ORDER = """\

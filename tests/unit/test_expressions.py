@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from streaming.catalog import QueryArgument
+from streaming.core.catalog import QueryArgument
+from streaming.core.errors import RejectedError
 from streaming.core.expressions import (
     Binary,
     ExpressionError,
@@ -21,7 +22,6 @@ from streaming.core.expressions import (
     names,
     parse_expression,
 )
-from streaming.errors import RejectedError
 
 a, b, c, d = Name("a"), Name("b"), Name("c"), Name("d")
 FIELDS = {

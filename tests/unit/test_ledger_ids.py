@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from streaming import ledger
-from streaming.ledger import HeldIds
+from streaming.storage import ledger
+from streaming.storage.ledger import HeldIds
 
 PATH = "/warehouse/_system/transactions"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from streaming.errors import RejectedError
-from streaming.plan import Location, resolve_location
+from streaming.core.errors import RejectedError
+from streaming.core.plan import Location, resolve_location
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ estimated from the materialised fold's size in memory, within the limit."""
 
 from __future__ import annotations
 
-from streaming.apply import MERGE_BROADCAST_MAX_BYTES, broadcasts
+from streaming.apply.objects import MERGE_BROADCAST_MAX_BYTES, broadcasts
 
 MIB = 1 << 20
 

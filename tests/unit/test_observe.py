@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from streaming.config import LogConfig
-from streaming.logs import configure_logging
-from streaming.observe import describe, progress_entry, source_lag
+from streaming.core.config import LogConfig
+from streaming.runtime.logs import configure_logging
+from streaming.runtime.observe import describe, progress_entry, source_lag
 
 # A progress event of a real run (landing folder + Kafka, maxOffsetsPerTrigger 2, 5 records).
 PROGRESS = {
@@ -89,7 +89,7 @@ def test_json_logging_is_one_object_per_line_with_the_structured_fields(
     restore_logging: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     configure_logging(LogConfig(format="json", level="INFO"))
-    log = logging.getLogger("streaming.observe")
+    log = logging.getLogger("streaming.runtime.observe")
     log.debug("not shown at INFO")
     log.info("batch %s done", 4, extra={"cdc": {"event": "query_progress", "lag": {"t": 2}}})
     try:
@@ -98,8 +98,8 @@ def test_json_logging_is_one_object_per_line_with_the_structured_fields(
         log.exception("failed")
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     assert [(e["level"], e["logger"], e["message"]) for e in lines] == [
-        ("INFO", "streaming.observe", "batch 4 done"),
-        ("ERROR", "streaming.observe", "failed"),
+        ("INFO", "streaming.runtime.observe", "batch 4 done"),
+        ("ERROR", "streaming.runtime.observe", "failed"),
     ]
     assert lines[0]["event"] == "query_progress" and lines[0]["lag"] == {"t": 2}
     assert lines[0]["time"].endswith("+00:00")

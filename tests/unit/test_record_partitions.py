@@ -4,7 +4,7 @@ as many as the cores for small files, however many there are, and never more tha
 
 from __future__ import annotations
 
-from streaming.jsonfiles import RECORD_PARTITION_BYTES, record_partitions
+from streaming.inputs.jsonfiles import RECORD_PARTITION_BYTES, record_partitions
 
 
 def test_small_files_make_as_many_partitions_as_cores() -> None:

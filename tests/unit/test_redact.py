@@ -1,12 +1,12 @@
-"""Secrets of the Kafka settings are blanked out of what the job shows (streaming/redact.py)."""
+"""Secrets of the Kafka settings are blanked out of what the job shows (core/redact.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from connectors.kafka_check import describe_settings, java_refusal, kafka_secrets
-from streaming.config import parse_config
-from streaming.redact import MASK, is_secret_key, option_secrets, redact_options, scrub
+from streaming.core.config import parse_config
+from streaming.core.redact import MASK, is_secret_key, option_secrets, redact_options, scrub
 
 JAAS = (
     "org.apache.kafka.common.security.scram.ScramLoginModule required "

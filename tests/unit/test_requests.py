@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from streaming.errors import RejectedError
-from streaming.requests import MAX_DEPTH, Operation, parse_request, salvage_transaction_id
+from streaming.core.errors import RejectedError
+from streaming.core.requests import MAX_DEPTH, Operation, parse_request, salvage_transaction_id
 
 SEED_UPSERT = {
     "transactionId": "tx-0001",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from delta.exceptions import ConcurrentAppendException
 
-from streaming.retry import on_conflict_retry
+from streaming.storage.retry import on_conflict_retry
 
 
 class Flaky:

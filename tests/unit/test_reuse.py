@@ -1,11 +1,11 @@
-"""streaming.reuse: an expression is built once per key and JVM."""
+"""streaming.storage.reuse: an expression is built once per key and JVM."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
 
-from streaming.reuse import built_once
+from streaming.storage.reuse import built_once
 
 
 def _session() -> Any:

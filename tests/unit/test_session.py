@@ -11,8 +11,13 @@ from pathlib import Path
 
 import pyspark
 
-from streaming.config import SparkConfig
-from streaming.session import DRIVER_JAVA_OPTIONS, LOG4J2_OPTION, log4j2_config, session_conf
+from streaming.core.config import SparkConfig
+from streaming.runtime.session import (
+    DRIVER_JAVA_OPTIONS,
+    LOG4J2_OPTION,
+    log4j2_config,
+    session_conf,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql.types import StructType
 
-from streaming.tables import LEDGER_SCHEMA, OUTCOMES_SCHEMA, QUARANTINE_SCHEMA
+from streaming.storage.schemas import LEDGER_SCHEMA, OUTCOMES_SCHEMA, QUARANTINE_SCHEMA
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 ROW = re.compile(r"^\| `(?P<name>[a-z_]+)` \| (?P<type>[a-z]+) \| (?P<meaning>.+) \|$")

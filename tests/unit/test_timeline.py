@@ -1,4 +1,4 @@
-"""A replayed batch's view of a table's versions, step by step (``streaming.timeline``), where a
+"""A replayed batch's view of a table's versions, step by step (``storage.timeline``), where a
 step made no commit — a table's new-key append when the batch only updated it, its MERGE when
 the batch only inserted — and how the new-key append is numbered."""
 
@@ -9,8 +9,8 @@ from typing import Any, cast
 
 from pyspark.sql import SparkSession
 
-from streaming.tables import INSERTS_STEP, BatchCommit, step_order
-from streaming.timeline import Timeline
+from streaming.storage.commits import INSERTS_STEP, BatchCommit, step_order
+from streaming.storage.timeline import Timeline
 
 AT = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 PATH = "/warehouse/petstore/petstore/Dog"

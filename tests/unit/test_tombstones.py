@@ -1,11 +1,11 @@
-"""The driver's copy of a tombstones table (``streaming.tombstones``): used only at the version
+"""The driver's copy of a tombstones table (``storage.tombstones``): used only at the version
 it holds, advanced only by the sink's own append when nothing else committed in between."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from streaming.tombstones import DeletedKeys, later
+from streaming.storage.tombstones import DeletedKeys, later
 
 PATH = "/warehouse/ds/_tombstones/ds/Dog"
 

@@ -1,0 +1,3 @@
+"""The command line (`cdc`): run, demo, status, show, results, maintain, config-reference.
+
+See docs/architecture.md for the layers and what each owns."""

@@ -1,0 +1,570 @@
+"""The job configuration: ``cdc.yaml`` validated by pydantic, every key overridable by ``CDC_*``.
+
+Environment overrides use ``__`` for nesting: ``CDC_KAFKA__BOOTSTRAP=host:9092``,
+``CDC_TRIGGER__INTERVAL="10 seconds"``. Relative paths are resolved against the directory of the
+config file (or the working directory when there is no file), so a config means the same thing
+wherever the job is started from.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from streaming.core.errors import ConfigError
+
+ENV_PREFIX = "CDC_"
+ENV_NESTING = "__"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+BUILTIN_SCHEMA_PREFIX = "builtin:"
+"""``kafka.avro.schemas`` values starting with this name a schema shipped with the package:
+``builtin:transaction_request`` or ``builtin:outcome`` (streaming/resources/schemas/*.avsc)."""
+
+
+class RegistryConfig(_Strict):
+    """A Confluent-compatible schema registry, through confluent-kafka's client
+    (``confluent_kafka.schema_registry``: basic or bearer auth, TLS, retries, a cache by id).
+
+    Keys are the client's own names (``basic.auth.user.info``, ``ssl.ca.location``, …), so a
+    managed registry's client snippet can be copied. In an environment variable a dot of a key
+    is ``_``: ``CDC_KAFKA__AVRO__REGISTRY__BASIC_AUTH_USER_INFO=key:secret`` (it wins over the
+    file). Secrets are never printed: they are ``**********`` in any dump of the config."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    url: str = Field(
+        description="Registry URL (`https://…`; several: comma-separated, tried in turn)"
+    )
+    basic_auth_user_info: SecretStr | None = Field(
+        None,
+        alias="basic.auth.user.info",
+        description="Basic auth as `user:password` (Confluent Cloud: `<api key>:<api secret>`)",
+    )
+    bearer_auth_credentials_source: Literal["STATIC_TOKEN", "OAUTHBEARER"] | None = Field(
+        None,
+        alias="bearer.auth.credentials.source",
+        description="Bearer auth instead of basic: a fixed `bearer.auth.token`, or tokens "
+        "fetched from `bearer.auth.issuer.endpoint.url` with the client id and secret",
+    )
+    bearer_auth_token: SecretStr | None = Field(
+        None, alias="bearer.auth.token", description="The token of `STATIC_TOKEN`"
+    )
+    bearer_auth_logical_cluster: str | None = Field(
+        None,
+        alias="bearer.auth.logical.cluster",
+        description="Registry cluster id sent with a bearer token (`target-sr-cluster`; "
+        "required with bearer auth)",
+    )
+    bearer_auth_identity_pool_id: str | None = Field(
+        None, alias="bearer.auth.identity.pool.id", description="Identity pool (bearer auth)"
+    )
+    bearer_auth_client_id: str | None = Field(
+        None, alias="bearer.auth.client.id", description="OAuth client id (`OAUTHBEARER`)"
+    )
+    bearer_auth_client_secret: SecretStr | None = Field(
+        None, alias="bearer.auth.client.secret", description="OAuth client secret (`OAUTHBEARER`)"
+    )
+    bearer_auth_scope: str | None = Field(
+        None, alias="bearer.auth.scope", description="OAuth scope (`OAUTHBEARER`)"
+    )
+    bearer_auth_issuer_endpoint_url: str | None = Field(
+        None,
+        alias="bearer.auth.issuer.endpoint.url",
+        description="OAuth token endpoint (`OAUTHBEARER`)",
+    )
+    ssl_ca_location: str | None = Field(
+        None,
+        alias="ssl.ca.location",
+        description="CA certificate (PEM file or folder) the registry's TLS certificate is "
+        "checked against (default: the system's, then certifi's)",
+    )
+    ssl_certificate_location: str | None = Field(
+        None,
+        alias="ssl.certificate.location",
+        description="Client certificate (PEM) for mutual TLS",
+    )
+    ssl_key_location: str | None = Field(
+        None, alias="ssl.key.location", description="Private key (PEM) of the client certificate"
+    )
+    ssl_key_password: SecretStr | None = Field(
+        None, alias="ssl.key.password", description="Password of `ssl.key.location`"
+    )
+    timeout: float = Field(10.0, gt=0, description="Seconds one HTTP request may take")
+    max_retries: int = Field(
+        3,
+        ge=0,
+        alias="max.retries",
+        description="Retries of a request that failed to connect or got 408/429/5xx",
+    )
+    subject_name_strategy: Literal["topic", "record", "topic_record"] = Field(
+        "topic",
+        description="Subject the shipped schemas are registered under: `<topic>-value`, "
+        "`<record name>` or `<topic>-<record name>`",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _environment_spelling_wins(cls, data: Any) -> Any:
+        """A key given both ways (``basic.auth.user.info`` in the file and
+        ``basic_auth_user_info`` from ``CDC_…``): the environment's spelling wins."""
+        if not isinstance(data, dict):
+            return data
+        shaped = dict(data)
+        for name, field in cls.model_fields.items():
+            if field.alias and field.alias != name and name in shaped:
+                shaped[field.alias] = shaped.pop(name)
+        return shaped
+
+    @field_validator("url")
+    @classmethod
+    def _http_urls(cls, value: str) -> str:
+        for url in value.split(","):
+            if not url.strip().startswith(("http://", "https://")):
+                raise ValueError("expected http:// or https:// URLs (comma-separated)")
+        return value
+
+    @field_validator("basic_auth_user_info")
+    @classmethod
+    def _user_and_password(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and ":" not in value.get_secret_value():
+            raise ValueError("expected user:password")
+        return value
+
+    @model_validator(mode="after")
+    def _one_way_to_authenticate(self) -> RegistryConfig:
+        source = self.bearer_auth_credentials_source
+        if source is not None and self.basic_auth_user_info is not None:
+            raise ValueError("give basic.auth.user.info or bearer.auth.*, not both")
+        needed = {
+            None: [],
+            "STATIC_TOKEN": ["bearer.auth.token", "bearer.auth.logical.cluster"],
+            "OAUTHBEARER": [
+                "bearer.auth.client.id",
+                "bearer.auth.client.secret",
+                "bearer.auth.scope",
+                "bearer.auth.issuer.endpoint.url",
+                "bearer.auth.logical.cluster",
+            ],
+        }[source]
+        given = self.model_dump(by_alias=True, exclude_none=True)
+        missing = [key for key in needed if key not in given]
+        if missing:
+            raise ValueError(f"bearer.auth.credentials.source {source} needs {', '.join(missing)}")
+        if self.ssl_key_location and not self.ssl_certificate_location:
+            raise ValueError("ssl.key.location needs ssl.certificate.location")
+        return self
+
+    def client_conf(self) -> dict[str, Any]:
+        """The configuration of ``confluent_kafka.schema_registry.SchemaRegistryClient``."""
+        conf: dict[str, Any] = {}
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if value is None or name == "subject_name_strategy":
+                continue
+            conf[field.alias or name] = (
+                value.get_secret_value() if isinstance(value, SecretStr) else value
+            )
+        return conf
+
+    def secrets(self) -> list[str]:
+        """The secret values (to be blanked out of any message), the URLs' passwords included."""
+        values = [
+            v.get_secret_value()
+            for v in (
+                self.basic_auth_user_info,
+                self.bearer_auth_token,
+                self.bearer_auth_client_secret,
+                self.ssl_key_password,
+            )
+            if v is not None
+        ]
+        if self.basic_auth_user_info is not None:
+            values.append(self.basic_auth_user_info.get_secret_value().split(":", 1)[1])
+        for url in self.url.split(","):
+            password = urlsplit(url.strip()).password
+            if password:
+                values.append(password)
+        return [v for v in values if v]
+
+
+class AvroConfig(_Strict):
+    """Avro in the Confluent wire format (magic byte 0, 4-byte schema id, Avro binary body)."""
+
+    registry: RegistryConfig | None = Field(
+        None,
+        description="Schema registry: schemas are fetched by id and cached; a missing "
+        "request/outcome schema id is obtained by registering the shipped schema "
+        "(subject: `subject_name_strategy`)",
+    )
+    schemas: dict[int, str] = Field(
+        default_factory=dict,
+        description="Local schemas, id → `.avsc` file (or `builtin:transaction_request`, "
+        "`builtin:outcome`); looked up before the registry",
+    )
+    request_schema_id: int | None = Field(
+        None,
+        ge=0,
+        description="Schema id `cdc publish` writes requests with (without one: registered)",
+    )
+    outcome_schema_id: int | None = Field(
+        None,
+        ge=0,
+        description="Schema id the job writes outcomes with (required without `registry`; "
+        "with a registry and none: registered)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _registry_url_moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "registry_url" in data:
+            raise ValueError(
+                "registry_url is now registry.url (kafka.avro.registry: {url: …}, with its "
+                "authentication and TLS keys beside it)"
+            )
+        return data
+
+    @field_validator("request_schema_id", "outcome_schema_id")
+    @classmethod
+    def _known_locally(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is None or info.data.get("registry"):
+            return value
+        if value not in info.data.get("schemas", {}):
+            raise ValueError(f"schema id {value} is not in kafka.avro.schemas (no registry)")
+        return value
+
+
+JAVA_ONLY_KAFKA_KEYS = ("sasl.jaas.config", "ssl.truststore.")
+"""Kafka options (by prefix) of the Java client that librdkafka refuses
+(JAAS configuration, Java trust stores; librdkafka takes ``sasl.username``/``sasl.password`` and
+PEM files, ``ssl.ca.location``). Other keys librdkafka does not know fail when the client starts,
+with librdkafka's "No such configuration property"."""
+
+
+class KafkaConfig(_Strict):
+    """Kafka topics for transaction requests and outcome events."""
+
+    bootstrap: str = Field(description="Kafka bootstrap servers, host:port[,host:port]")
+    transactions_topic: str = Field(
+        "cdc.transactions", description="Topic of transaction requests (key = dataset)"
+    )
+    outcomes_topic: str = Field(
+        "cdc.outcomes", description="Topic of outcome events (key = transactionId)"
+    )
+    format: Literal["json", "avro"] = Field(
+        "json", description="Message format: JSON, or Avro in the Confluent wire format"
+    )
+    starting_offsets: Literal["earliest", "latest"] = Field(
+        "earliest", description="Where a new checkpoint starts reading the requests topic"
+    )
+    max_offsets_per_trigger: int | None = Field(
+        None, gt=0, description="Upper bound of requests read per micro-batch"
+    )
+    options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Options for both Kafka clients, Spark's Java client and confluent-kafka "
+        "(`security.protocol`, `sasl.mechanism`, …); no Java-only keys",
+    )
+    spark_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Options for Spark's Kafka source only, the Java client "
+        "(`sasl.jaas.config`, `ssl.truststore.*`, …); override `options`",
+    )
+    client_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Options for confluent-kafka only (librdkafka: the outcome producer, "
+        "`cdc publish`/`results`; `sasl.username`, `ssl.ca.location`, …); override `options`",
+    )
+    avro: AvroConfig | None = Field(
+        None,
+        validate_default=True,
+        description="Avro schemas; required with `format: avro` (`registry` or `schemas`)",
+    )
+
+    @field_validator("options", "client_options")
+    @classmethod
+    def _no_java_only_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        java = sorted(key for key in value if key.startswith(JAVA_ONLY_KAFKA_KEYS))
+        if java:
+            raise ValueError(
+                f"{java[0]} is an option of the Java client only, which confluent-kafka refuses: "
+                "put it in kafka.spark_options"
+            )
+        return value
+
+    def spark_client_options(self) -> dict[str, str]:
+        """Options of Spark's Kafka source (the Java client), without the ``kafka.`` prefix."""
+        return {**self.options, **self.spark_options}
+
+    def client_options_for(self, **extra: object) -> dict[str, object]:
+        """The confluent-kafka (librdkafka) configuration, ``extra`` last."""
+        return {"bootstrap.servers": self.bootstrap, **self.options, **self.client_options, **extra}
+
+    @field_validator("avro")
+    @classmethod
+    def _avro_has_schemas(cls, value: AvroConfig | None, info: ValidationInfo) -> AvroConfig | None:
+        if info.data.get("format") != "avro":
+            return value
+        if value is None or (not value.registry and not value.schemas):
+            raise ValueError("required with format avro: give registry or schemas")
+        if not value.registry and value.outcome_schema_id is None:
+            raise ValueError(
+                "outcome_schema_id is required with format avro and no registry "
+                "(the schema id outcomes are written with)"
+            )
+        return value
+
+
+class LandingConfig(_Strict):
+    """Landing folders watched by the job."""
+
+    transactions: str | None = Field(
+        None, description="Folder of request files (JSON lines, `*.json*`)"
+    )
+    dms: str | None = Field(
+        None, description="DMS landing zone: `<dataset>/<schema path>/*.parquet`"
+    )
+    max_files_per_trigger: int | None = Field(
+        None, gt=0, description="Upper bound of landing files read per micro-batch"
+    )
+
+
+class TablesConfig(_Strict):
+    """How the job's Delta tables are written."""
+
+    deletion_vectors: bool = Field(
+        False,
+        description="Deletion vectors on the current tables: a large batch's MERGE marks the "
+        "rows it replaces instead of rewriting the files that hold them, so its cost follows "
+        "the changes, not the files they touch (a small batch's still rewrites its few files). "
+        "Readers must support the `deletionVectors` table feature (delta-rs reads such tables "
+        "through `QueryBuilder` only); turning it off later stops new vectors, `cdc maintain "
+        "--optimize` purges the old ones",
+    )
+
+
+class TriggerConfig(_Strict):
+    """When the continuous query starts a micro-batch (`cdc run --once` ignores it)."""
+
+    interval: str = Field("5 seconds", description="Processing-time trigger interval")
+
+    @field_validator("interval")
+    @classmethod
+    def _interval_has_unit(cls, value: str) -> str:
+        parts = value.split()
+        if len(parts) != 2 or not parts[0].isdigit():
+            raise ValueError("expected '<number> <unit>', e.g. '5 seconds'")
+        return value
+
+
+class SparkConfig(_Strict):
+    """The Spark session of the job and of the commands that read tables."""
+
+    master: str | None = Field(
+        "local[2]", description="Spark master; null = leave it to spark-submit"
+    )
+    app_name: str = Field("cdc-processor", description="Spark application name")
+    shuffle_partitions: int = Field(4, gt=0, description="`spark.sql.shuffle.partitions`")
+    ui: bool = Field(False, description="Start the Spark UI")
+    jars_dir: str | None = Field(
+        None,
+        description="Folder of jars added to the session when `master` is set "
+        "(default: `./jars/spark` of the installation)",
+    )
+    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark configuration")
+
+
+class LogConfig(_Strict):
+    """Logging of the job and the command line."""
+
+    format: Literal["text", "json"] = Field(
+        "text", description="Text lines, or one JSON object per line (structured logging)"
+    )
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="Log level (`-v` forces DEBUG)"
+    )
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+
+class AppConfig(_Strict):
+    """Top-level configuration of the CDC processor (``cdc.yaml``)."""
+
+    warehouse: str = Field(
+        description="Root of the Delta tables: a local path or `s3a://bucket/prefix`"
+    )
+    checkpoints: str = Field(description="Root of the streaming checkpoints")
+    datasets: dict[str, str] = Field(
+        default_factory=dict, description="Dataset name → dataset definition YAML file"
+    )
+    landing: LandingConfig = Field(default_factory=LandingConfig)
+    kafka: KafkaConfig | None = Field(None, description="Absent = landing folders only")
+    allowed_locations: list[str] = Field(
+        default_factory=list,
+        description="A `locationUri` must resolve (after `..` and symlinks) under one of these",
+    )
+    trigger: TriggerConfig = Field(default_factory=TriggerConfig)
+    tables: TablesConfig = Field(default_factory=TablesConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+    query_name: str = Field(
+        "cdc", description="Streaming query name; its checkpoint is `<checkpoints>/<query_name>`"
+    )
+    base_dir: str = Field(
+        "",
+        description="Relative paths and `locationUri`s resolve here (default: the config's folder)",
+    )
+
+    @field_validator("datasets")
+    @classmethod
+    def _dataset_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not name.replace("_", "").isalnum():
+                raise ValueError(f"dataset name {name!r} must be alphanumeric (and _)")
+        return value
+
+
+def _is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def resolve_path(path: str, base: Path) -> str:
+    """Absolute form of a local path relative to ``base``; URIs (s3a://, file://) are kept."""
+    if _is_uri(path):
+        return path
+    return str((base / os.path.expanduser(path)).resolve())
+
+
+def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
+    """``CDC_A__B=v`` → ``{"a": {"b": v}}``. Values are parsed as YAML (numbers, lists, maps)."""
+    tree: dict[str, Any] = {}
+    for key, raw in environ.items():
+        if not key.startswith(ENV_PREFIX) or key == "CDC_CONFIG":
+            continue
+        parts = [p.lower() for p in key[len(ENV_PREFIX) :].split(ENV_NESTING)]
+        node = tree
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{key}: conflicts with another CDC_ variable")
+            node = child
+        try:
+            node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            node[parts[-1]] = raw
+    return tree
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _describe(error: ValidationError, source: str) -> str:
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(p) for p in item["loc"]) or "<root>"
+        if item["type"] == "extra_forbidden":
+            lines.append(f"{key}: unknown key")
+        elif item["type"] == "missing":
+            lines.append(f"{key}: required key is missing")
+        else:
+            lines.append(f"{key}: {item['msg'].removeprefix('Value error, ')}")
+    return f"invalid configuration ({source}):\n  " + "\n  ".join(lines)
+
+
+def parse_config(
+    data: dict[str, Any],
+    *,
+    base: Path,
+    environ: dict[str, str] | None = None,
+    source: str = "config",
+) -> AppConfig:
+    """Validate a config mapping (plus ``CDC_*`` overrides) and resolve its relative paths."""
+    merged = _deep_merge(data, _env_overrides(dict(os.environ if environ is None else environ)))
+    try:
+        cfg = AppConfig.model_validate(merged)
+    except ValidationError as e:
+        raise ConfigError(_describe(e, source)) from e
+    landing = cfg.landing.model_copy(
+        update={
+            "transactions": resolve_path(cfg.landing.transactions, base)
+            if cfg.landing.transactions
+            else None,
+            "dms": resolve_path(cfg.landing.dms, base) if cfg.landing.dms else None,
+        }
+    )
+    kafka = cfg.kafka
+    if kafka is not None and kafka.avro is not None:
+        schemas = {
+            k: v if v.startswith(BUILTIN_SCHEMA_PREFIX) else resolve_path(v, base)
+            for k, v in kafka.avro.schemas.items()
+        }
+        registry = kafka.avro.registry
+        if registry is not None:
+            registry = registry.model_copy(
+                update={
+                    name: resolve_path(getattr(registry, name), base)
+                    for name in ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")
+                    if getattr(registry, name)
+                }
+            )
+        avro = kafka.avro.model_copy(update={"schemas": schemas, "registry": registry})
+        kafka = kafka.model_copy(update={"avro": avro})
+    spark = cfg.spark
+    if spark.jars_dir:
+        spark = spark.model_copy(update={"jars_dir": resolve_path(spark.jars_dir, base)})
+    return cfg.model_copy(
+        update={
+            "base_dir": resolve_path(cfg.base_dir or ".", base),
+            "warehouse": resolve_path(cfg.warehouse, base),
+            "checkpoints": resolve_path(cfg.checkpoints, base),
+            "datasets": {k: resolve_path(v, base) for k, v in cfg.datasets.items()},
+            "allowed_locations": [resolve_path(p, base) for p in cfg.allowed_locations],
+            "landing": landing,
+            "kafka": kafka,
+            "spark": spark,
+        }
+    )
+
+
+def load_config(path: str | Path | None, environ: dict[str, str] | None = None) -> AppConfig:
+    """Load ``cdc.yaml`` (or only the environment when ``path`` is None)."""
+    if path is None:
+        return parse_config({}, base=Path.cwd(), environ=environ, source="environment")
+    file = Path(path)
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError as e:
+        raise ConfigError(f"config file not found: {file}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{file}: not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file}: the top level must be a mapping of keys")
+    return parse_config(data, base=file.resolve().parent, environ=environ, source=str(file))

@@ -1,0 +1,620 @@
+"""The foreachBatch sink: parse → validate → plan → apply segment by segment → ledger → outcomes.
+
+Every step decides per transaction. The batch is cut into segments and waves (``core.steps``)
+so that reads see earlier writes; each wave writes each of its tables once (tables in path
+order, each commit idempotent per batch, step and checkpoint). A failure while applying a
+segment restores the tables it changed and isolates the failing transaction (FAILED); the
+outcomes are still recorded, so the stream goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
+from typing import Literal
+
+from pyspark.sql import DataFrame, SparkSession
+
+from connectors.sources import to_raw_requests
+from streaming.apply import records
+from streaming.apply.objects import TableResult, append_history, apply_to_object_table
+from streaming.core.batch import (
+    Admitted,
+    RawRequest,
+    Refused,
+    Repeated,
+    RequestDecoder,
+    Verdict,
+    decode_json_request,
+    transaction_ids,
+    triage,
+)
+from streaming.core.catalog import Dataset
+from streaming.core.errors import CdcError, FailedError, RejectedError
+from streaming.core.faults import crash_point
+from streaming.core.fold import EFFECTS, Effect
+from streaming.core.layout import Layout, ObjectTable
+from streaming.core.outcomes import ActionOutcome, ErrorInfo, Outcome, Status
+from streaming.core.plan import Load, PlannedTransaction, plan_transaction
+from streaming.core.requests import Operation
+from streaming.core.steps import segments, waves
+from streaming.inputs.loads import Loaded, changes_only, load_wave
+from streaming.inputs.reader import Reader
+from streaming.runtime.metering import Cost, Meter
+from streaming.runtime.parallel import Sessions
+from streaming.storage import ledger, system
+from streaming.storage.commits import BatchCommit
+from streaming.storage.timeline import Timeline
+from streaming.storage.tombstones import DeletedKeys
+
+log = logging.getLogger(__name__)
+
+Publisher = Callable[[Sequence[Outcome]], None]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Sink:
+    spark: SparkSession
+    datasets: Mapping[str, Dataset]
+    layout: Layout
+    base_dir: str
+    allowed_locations: list[str]
+    shuffle_partitions: int = 4
+    dms_zone: str | None = None
+    publish: Publisher | None = None
+    decode: RequestDecoder = decode_json_request
+    """Raw request → JSON-shaped value (Avro Kafka records with ``kafka.format: avro``)."""
+    clock: Callable[[], datetime] = _now
+    run_id: str | None = None
+    """The streaming checkpoint's id (read from it at the first batch); None outside a query."""
+    history: deque[dict[str, object]] = field(default_factory=lambda: deque(maxlen=100))
+    """Progress of the last 100 batches (also logged)."""
+    writers: int = 4
+    """Tables written side by side (``streaming.runtime.parallel``)."""
+    sessions: Sessions = field(init=False)
+    deleted: DeletedKeys = field(default_factory=DeletedKeys, init=False)
+    """Small tombstones tables held on the driver between batches (``storage.tombstones``)."""
+    committed_ids: ledger.HeldIds = field(default_factory=ledger.HeldIds, init=False)
+    """The ledger's ids held on the driver between batches (``ledger.HeldIds``)."""
+    _finished: int | None = field(default=None, init=False)
+    """The last batch this sink ran to its end (``replay_possible``)."""
+    _held: list[DataFrame] = field(default_factory=list, init=False)
+    """The batch's cached change rows (``loads.load_wave``), unpersisted when it ends: history
+    is appended after every wave, and a first load's is computed from them."""
+
+    def __post_init__(self) -> None:
+        self.sessions = Sessions(self.spark, self.writers)
+
+    # -- the foreachBatch entry point ------------------------------------------------------
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        if self.run_id is None:
+            self.run_id = _checkpoint_id(self.spark, self.layout.checkpoint)
+        raws = to_raw_requests(df.collect(), self.dms_zone)
+        if raws:
+            self.process(raws, batch_id)
+        self._finished = batch_id
+
+    def process(self, raws: Sequence[RawRequest], batch_id: int) -> list[Outcome]:
+        started = time.monotonic()
+        verdicts = self._triage(raws, batch_id)
+        admitted = [v for v in verdicts if isinstance(v, Admitted)]
+        planned, rejected = self._plan(admitted)
+        tables = {p for plan in planned for load in plan.loads for p in self._written(load)}
+        # Only a batch that follows the one this sink finished cannot have run before.
+        replay_possible = self._finished is None or batch_id != self._finished + 1
+        timeline = Timeline.open(
+            self.spark,
+            self.query_key,
+            batch_id,
+            tables,
+            self.clock,
+            replay_possible=replay_possible,
+        )
+        meter = Meter.start(self.spark, [*tables, *self._histories(planned), *self._system])
+        applied = Applied()
+        crash_point("before_first_commit")
+        try:
+            for segment in segments(planned):
+                self._apply_segment(segment, timeline, applied, rejected)
+            crash_point("after_tables")
+            commit = timeline.commit()
+            valid = [p for p in planned if p.request.transaction_id not in rejected]
+            outcomes = self._outcomes(verdicts, valid, rejected, applied, commit)
+            self._record(verdicts, outcomes, rejected, applied.history, commit)
+        finally:
+            self._release()
+        self._progress(batch_id, outcomes, applied, time.monotonic() - started, meter.stop())
+        self._finished = batch_id
+        return outcomes
+
+    @property
+    def query_key(self) -> str:
+        """Whose commits these are: the query name and the checkpoint's id. Batch ids start at 0
+        again on a new checkpoint; the id keeps its commits apart from the old checkpoint's in
+        Delta's idempotency keys (``txnAppId``) and in the commit metadata."""
+        name = self.layout.query_name
+        return f"{name}@{self.run_id}" if self.run_id else name
+
+    # -- steps ----------------------------------------------------------------------------
+    def _triage(self, raws: Sequence[RawRequest], batch_id: int) -> list[Verdict]:
+        ids = transaction_ids(raws, self.decode)
+        known = ledger.committed(self.spark, self.layout.ledger, ids, self.committed_ids)
+        return triage(raws, known, batch_id, self.decode, self.query_key)
+
+    def _plan(
+        self, admitted: Sequence[Admitted]
+    ) -> tuple[list[PlannedTransaction], dict[str, RejectedError]]:
+        planned: list[PlannedTransaction] = []
+        rejected: dict[str, RejectedError] = {}
+        ordinal = 0
+        exists = _path_kind(self.spark)
+        for item in admitted:
+            try:
+                plan = plan_transaction(
+                    item.request,
+                    first_ordinal=ordinal,
+                    datasets=self.datasets,
+                    layout=self.layout,
+                    base_dir=self.base_dir,
+                    allowed_locations=self.allowed_locations,
+                    exists=exists,
+                )
+            except RejectedError as e:
+                rejected[item.request.transaction_id] = e
+                continue
+            ordinal += len(plan.loads)
+            planned.append(plan)
+        return planned, rejected
+
+    def _written(self, load: Load) -> list[str]:
+        """Every table a load may write: an object's current and tombstone tables (its history
+        is appended with the same commits), or the record / view table."""
+        if load.schema.is_object:
+            return list(self.layout.object_table(load.dataset, load.schema.name).restorable)
+        return [load.writes]
+
+    def _histories(self, planned: Sequence[PlannedTransaction]) -> set[str]:
+        """The history tables of the object tables the transactions write."""
+        return {
+            self.layout.object_table(load.dataset, load.schema.name).history
+            for plan in planned
+            for load in plan.loads
+            if load.schema.is_object
+        }
+
+    @property
+    def _system(self) -> tuple[str, ...]:
+        return (self.layout.ledger, self.layout.outcomes, self.layout.quarantine)
+
+    def _reader(self, timeline: Timeline) -> Reader:
+        return Reader(self.spark, self.layout, self.datasets, self.base_dir, timeline.version)
+
+    def _load(
+        self, loads: Sequence[Load], timeline: Timeline
+    ) -> AbstractContextManager[tuple[list[Loaded], dict[str, RejectedError]]]:
+        """Change rows of ``loads`` read at the timeline's versions, checked by one Spark job,
+        cached until the batch ends (``_held``); the transactions whose data is wrong, with
+        their error."""
+        return load_wave(self.spark, loads, self._reader(timeline), held=self._held)
+
+    def _release(self, start: int = 0) -> None:
+        """Unpersist the batch's cached change rows from the ``start``-th on."""
+        for frame in self._held[start:]:
+            frame.unpersist()
+        del self._held[start:]
+
+    def _apply_segment(
+        self,
+        segment: Sequence[PlannedTransaction],
+        timeline: Timeline,
+        applied: Applied,
+        rejected: dict[str, RejectedError],
+    ) -> None:
+        """Apply one segment (``core.steps``) wave by wave, each table once per wave.
+
+        Data that is wrong in the first wave rejects its transaction before anything is written.
+        A transaction found wrong later (a later wave, a view's rows) is rejected after the
+        segment's tables are restored, and the rest of the segment is applied again without it.
+        Any other failure restores the segment and applies each of its transactions alone, so
+        only the one that fails is FAILED. Steps keep counting up, so a retry never collides
+        with the idempotency keys of what was restored, and a replay retries the same way."""
+        live = [p for p in segment if p.request.transaction_id not in rejected]
+        start: dict[str, int] = {}
+        history: list[tuple[TableResult, ObjectTable, BatchCommit]] = []
+        done: dict[int, tuple[dict[Effect, int], int]] = {}
+        held = len(self._held)  # a failed attempt's cached rows: released before the retry
+        try:
+            for number, planned_wave in enumerate(waves([ld for p in live for ld in p.loads])):
+                wave = [load for load in planned_wave if load.transaction_id not in rejected]
+                with self._load(wave, timeline) as (loaded, bad):
+                    if bad and number > 0:  # a later wave of a transaction that is alone
+                        tid, error = next(iter(bad.items()))
+                        raise _Rejected(tid, error)
+                    rejected.update(bad)
+                    wave = [load for load in wave if load.transaction_id not in bad]
+                    for path in {p for load in wave for p in self._written(load)}:
+                        start.setdefault(path, timeline.version(path))
+                    self._apply_wave(wave, loaded, timeline, done, history)
+        except _Rejected as e:
+            log.warning("batch %s: %s rejected while applying: %s", timeline.batch_id, e.tid, e)
+            self._release(held)
+            timeline.restore(start)
+            rejected[e.tid] = e.error
+            rest = [p for p in live if p.request.transaction_id not in rejected]
+            if rest:
+                self._apply_segment(rest, timeline, applied, rejected)
+            return
+        except Exception as e:
+            log.exception("batch %s: a segment failed; restoring %s", timeline.batch_id, start)
+            self._release(held)
+            timeline.restore(start)
+            if len(live) > 1:  # isolate the failing transaction
+                for plan in live:
+                    self._apply_segment([plan], timeline, applied, rejected)
+                return
+            failure = e if isinstance(e, CdcError) else FailedError(f"{type(e).__name__}: {e}")
+            for plan in live:
+                applied.failed[plan.request.transaction_id] = failure
+            return
+        # History is append-only, never restored: its rows are appended once the batch's tables
+        # are all written (``_record``). A failure there fails the batch; its replay appends them.
+        applied.history.extend(history)
+        applied.loads.update(done)
+
+    def _apply_wave(
+        self,
+        wave: Sequence[Load],
+        loaded: Sequence[Loaded],
+        timeline: Timeline,
+        done: dict[int, tuple[dict[Effect, int], int]],
+        history: list[tuple[TableResult, ObjectTable, BatchCommit]],
+    ) -> None:
+        """Write each table of the wave once (in path order), one step each."""
+
+        def rows(loads: Sequence[Load]) -> DataFrame:
+            wanted = {load.ordinal for load in loads}
+            return _union(
+                [
+                    changes_only(part.frame)
+                    for part in loaded
+                    if any(load.ordinal in wanted for load in part.loads)
+                ]
+            )
+
+        known = next((part.counts for part in loaded if part.counts is not None), None)
+
+        def count(loads: Sequence[Load]) -> int | None:
+            if known is None or any(load.ordinal not in known for load in loads):
+                return None
+            return sum(known[load.ordinal].rows for load in loads)
+
+        def unique(loads: Sequence[Load]) -> bool:
+            """No key has two changes: one load, none of its ids repeated."""
+            return len(loads) == 1 and known is not None and known[loads[0].ordinal].repeated == 0
+
+        by_table: dict[str, list[Load]] = defaultdict(list)
+        for load in wave:
+            by_table[load.writes].append(load)
+        # Object tables first, side by side: each its own step (numbered in path order, so a
+        # replay numbers them alike), folded and written in a session of its own.
+        objects = [
+            _TableWrite(
+                loads,
+                paths := self.layout.object_table(loads[0].dataset, loads[0].schema.name),
+                {p: timeline.version(p) for p in paths.restorable},
+                step := timeline.next_step(),
+                step.inserts(),
+                rows(loads),
+                count(loads),
+                unique(loads),
+            )
+            for _, loads in sorted(by_table.items())
+            if loads[0].schema.is_object
+        ]
+
+        def apply(spark: SparkSession, write: _TableWrite) -> TableResult:
+            return apply_to_object_table(
+                spark,
+                changes=write.changes,
+                schema=write.loads[0].schema,
+                paths=write.paths,
+                before=write.before,
+                commit=write.commit,
+                inserts=write.inserts,
+                partitions=self.shuffle_partitions,
+                count=write.count,
+                unique=write.unique,
+                deleted=self.deleted,
+            )
+
+        for write, result in zip(objects, self.sessions.map(apply, objects), strict=True):
+            timeline.wrote(write.paths.tombstones, write.commit)
+            timeline.wrote(write.paths.current, write.commit)
+            version = timeline.wrote(write.paths.current, write.inserts)
+            history.append((result, write.paths, write.commit))
+            _count(done, write.loads, result.counts, version)
+        reader = self._reader(timeline)
+        for path, loads in sorted(by_table.items()):
+            if loads[0].schema.is_object:
+                continue
+            for load in loads:  # record and view tables: one commit per operation
+                if load.operation is Operation.INSERT_RECORD:
+                    continue
+                commit = timeline.next_step()
+                try:
+                    if load.operation is Operation.DELETE_RECORD:
+                        counts = records.delete_records(self.spark, load, reader, commit)
+                    else:
+                        counts = records.refresh_view(self.spark, load, reader, commit)
+                except RejectedError as e:
+                    raise _Rejected(load.transaction_id, e) from e
+                _count(done, [load], counts, timeline.wrote(path, commit))
+            inserts = [load for load in loads if load.operation is Operation.INSERT_RECORD]
+            if inserts:
+                commit = timeline.next_step()
+                changes = rows(inserts)
+                counts = records.insert_records(self.spark, changes, path, commit)
+                _count(done, inserts, counts, timeline.wrote(path, commit))
+
+    def _outcomes(
+        self,
+        verdicts: Sequence[Verdict],
+        valid: Sequence[PlannedTransaction],
+        rejected: Mapping[str, RejectedError],
+        applied: Applied,
+        commit: BatchCommit,
+    ) -> list[Outcome]:
+        plans = {p.request.transaction_id: p for p in valid}
+        first: dict[str, Outcome] = {}
+        outcomes: list[Outcome] = []
+        for verdict in verdicts:
+            if isinstance(verdict, Refused):
+                request = verdict.request
+                outcome = _outcome(verdict.raw, commit, Status.REJECTED, verdict.error)
+                outcome.transaction_id = verdict.transaction_id
+                outcome.dataset = request.dataset if request else None
+            elif isinstance(verdict, Repeated):
+                outcome = _duplicate(verdict, first, commit)
+            else:
+                tid = verdict.request.transaction_id
+                if tid in rejected:
+                    outcome = _outcome(verdict.raw, commit, Status.REJECTED, rejected[tid])
+                elif tid in applied.failed:
+                    outcome = _outcome(verdict.raw, commit, Status.FAILED, applied.failed[tid])
+                else:
+                    outcome = _committed(verdict.raw, plans[tid], applied, commit)
+                outcome.transaction_id, outcome.dataset = tid, verdict.request.dataset
+                first[tid] = outcome
+            outcomes.append(outcome)
+        return outcomes
+
+    def _record(
+        self,
+        verdicts: Sequence[Verdict],
+        outcomes: Sequence[Outcome],
+        rejected: Mapping[str, RejectedError],
+        history: Sequence[tuple[TableResult, ObjectTable, BatchCommit]],
+        commit: BatchCommit,
+    ) -> None:
+        """The batch's appends, side by side: history, ledger and quarantine; then the outcomes
+        table, then the outcomes topic. Each is made once per batch (``tables.append``), so a
+        batch that dies between them is finished by its replay."""
+        hashes = [v.content_hash if isinstance(v, Admitted) else "" for v in verdicts]
+        bad: list[tuple[RawRequest, str | None, CdcError]] = []
+        for verdict, outcome in zip(verdicts, outcomes, strict=True):
+            if outcome.status is Status.REJECTED and outcome.error is not None:
+                error = RejectedError(outcome.error.message, code=outcome.error.code)
+                bad.append((verdict.raw, outcome.transaction_id, error))
+        writes: list[Callable[[SparkSession], None]] = [
+            *(partial(_history, item=item) for item in history),
+            partial(
+                ledger.record,
+                path=self.layout.ledger,
+                entries=list(zip(outcomes, hashes, strict=True)),
+                commit=commit,
+                held=self.committed_ids,
+            ),
+            partial(system.quarantine, path=self.layout.quarantine, items=bad, commit=commit),
+        ]
+        self.sessions.map(_call, writes)
+        crash_point("after_ledger")
+        system.write_outcomes(self.spark, self.layout.outcomes, outcomes, commit)
+        crash_point("mid_outcomes")
+        if self.publish is not None:
+            self.publish(outcomes)
+
+    def _progress(
+        self,
+        batch_id: int,
+        outcomes: Sequence[Outcome],
+        applied: Applied,
+        seconds: float,
+        cost: Cost,
+    ) -> None:
+        by_status: dict[str, int] = defaultdict(int)
+        for o in outcomes:
+            by_status[o.status.value] += 1
+        written = ("inserted", "updated", "deleted")
+        rows = sum(
+            n for counts, _ in applied.loads.values() for e, n in counts.items() if e in written
+        )
+        tables = len({v for o in outcomes for v in o.table_versions})
+        entry: dict[str, object] = {
+            "batchId": batch_id,
+            "transactions": len(outcomes),
+            **by_status,
+            "rowsChanged": rows,
+            "tables": tables,
+            "deltaCommits": cost.commits,
+            "sparkJobs": cost.jobs,
+            "seconds": round(seconds, 3),
+        }
+        self.history.append(entry)
+        log.info(
+            "batch %s: %s transactions (%s), %s rows changed in %s tables, "
+            "%s Delta commits, %s Spark jobs, %.2fs",
+            batch_id,
+            len(outcomes),
+            ", ".join(f"{k} {v}" for k, v in sorted(by_status.items())),
+            rows,
+            tables,
+            cost.commits,
+            cost.jobs,
+            seconds,
+        )
+
+
+class _Rejected(Exception):
+    """A transaction found wrong while its segment was being applied."""
+
+    def __init__(self, tid: str, error: RejectedError) -> None:
+        super().__init__(error.message)
+        self.tid, self.error = tid, error
+
+
+@dataclass(frozen=True)
+class _TableWrite:
+    """One object table's share of a wave: its loads, tables, versions before, steps, rows."""
+
+    loads: list[Load]
+    paths: ObjectTable
+    before: dict[str, int]
+    commit: BatchCommit
+    """The step of its MERGE, its tombstones and (later) its history."""
+    inserts: BatchCommit
+    """The step of the append of its new keys to the current table (``apply``)."""
+    changes: DataFrame
+    count: int | None
+    """Its number of change rows (the check job's count), None if unknown."""
+    unique: bool
+    """No key has two changes (the check job's count of repeated ids)."""
+
+
+@dataclass
+class Applied:
+    """What a batch's segments did: per load ordinal its counts and the table version after it;
+    the transactions that failed, with the error."""
+
+    loads: dict[int, tuple[dict[Effect, int], int]] = field(default_factory=dict)
+    failed: dict[str, CdcError] = field(default_factory=dict)
+    history: list[tuple[TableResult, ObjectTable, BatchCommit]] = field(default_factory=list)
+    """The history rows of the segments applied, appended with the ledger (``Sink._record``)."""
+
+
+def _count(
+    done: dict[int, tuple[dict[Effect, int], int]],
+    loads: Sequence[Load],
+    counts: Mapping[tuple[int, Effect], int],
+    version: int,
+) -> None:
+    for load in loads:
+        done[load.ordinal] = ({e: counts.get((load.ordinal, e), 0) for e in EFFECTS}, version)
+
+
+def _call(spark: SparkSession, write: Callable[[SparkSession], None]) -> None:
+    write(spark)
+
+
+def _history(_: SparkSession, item: tuple[TableResult, ObjectTable, BatchCommit]) -> None:
+    append_history(*item)
+
+
+def _union(frames: Sequence[DataFrame]) -> DataFrame:
+    out = frames[0]
+    for df in frames[1:]:
+        out = out.unionByName(df)
+    return out
+
+
+def _committed(
+    raw: RawRequest, plan: PlannedTransaction, applied: Applied, commit: BatchCommit
+) -> Outcome:
+    outcome = _outcome(raw, commit, Status.COMMITTED)
+    for load in plan.loads:
+        counts, version = applied.loads[load.ordinal]
+        outcome.actions.append(
+            ActionOutcome(
+                index=load.action_index,
+                operation=load.operation.value,
+                target=load.schema.name,
+                **counts,
+            )
+        )
+        outcome.table_versions[load.schema.name] = version
+    outcome.committed_at = commit.at
+    return outcome
+
+
+def _outcome(
+    raw: RawRequest, commit: BatchCommit, status: Status, error: CdcError | None = None
+) -> Outcome:
+    """An outcome of this batch for the request ``raw``, without transaction details yet."""
+    return Outcome(
+        transaction_id=None,
+        status=status,
+        error=ErrorInfo(code=error.code, message=error.message) if error else None,
+        batch_id=commit.batch_id,
+        source=str(raw.position),
+        received_at=raw.received_at,
+    )
+
+
+def _duplicate(verdict: Repeated, first: Mapping[str, Outcome], commit: BatchCommit) -> Outcome:
+    """A repeat: DUPLICATE of a committed original (its counts repeated), else the same fate."""
+    tid = verdict.request.transaction_id
+    original = Outcome.from_json(verdict.earlier.outcome_json) if verdict.earlier else first[tid]
+    outcome = original.model_copy(deep=True)
+    if original.status is Status.COMMITTED:
+        outcome.status = Status.DUPLICATE
+    outcome.batch_id = commit.batch_id
+    outcome.source = str(verdict.raw.position)
+    outcome.received_at = verdict.raw.received_at
+    return outcome
+
+
+def _checkpoint_id(spark: SparkSession, checkpoint: str) -> str:
+    """The id Spark gave the query's checkpoint (``<checkpoint>/metadata``): new for a new
+    checkpoint, the same across restarts. Read on the driver (Hadoop's file system: local paths
+    and s3a:// alike), not with a Spark job."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/metadata")
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(fs.open(path), "UTF-8"))
+    try:
+        line = reader.readLine()
+    finally:
+        reader.close()
+    assert line, f"no metadata in the checkpoint {checkpoint}"
+    return str(json.loads(str(line))["id"])
+
+
+def _path_kind(spark: SparkSession) -> Callable[[str], Literal["dir", "file"] | None]:
+    """Whether a path is a directory, a file or absent: local paths and Hadoop URIs (s3a://)."""
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def kind(path: str) -> Literal["dir", "file"] | None:
+        if "://" not in path:
+            if os.path.isdir(path):
+                return "dir"
+            return "file" if os.path.isfile(path) else None
+        hpath = jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
+        fs = hpath.getFileSystem(conf)
+        if not fs.exists(hpath):
+            return None
+        return "dir" if fs.getFileStatus(hpath).isDirectory() else "file"
+
+    return kind

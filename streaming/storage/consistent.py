@@ -1,0 +1,64 @@
+"""Consistent reads of several tables (DESIGN.md §4.6).
+
+Delta commits per table, so "the latest version" of two tables may be from different batches (a
+batch in progress has written one and not yet the other) or hold commits the job did not make.
+The ledger ``_system/transactions`` records, per committed transaction, the version each table
+reached (``table_versions``). Read at one snapshot of the ledger, the highest version recorded
+for each table is the table as of the last batch the ledger holds — a batch that has written
+every table, since the ledger is written after them. Reading every table at those versions
+gives one consistent view.
+
+Read several tables with one ``consistent_versions`` result, so they share one read point::
+
+    versions = consistent_versions(spark, layout)
+    dogs = read_consistent(spark, layout, "petstore", "petstore.Dog", versions)
+    cats = read_consistent(spark, layout, "petstore", "petstore.Cat", versions)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from streaming.core.layout import Layout
+from streaming.storage.tables import read_table
+
+CREATED_VERSION = 0
+"""The version of a table the job created empty (``job.prepare_tables``): the consistent version
+of a table no committed transaction has written yet."""
+
+
+def consistent_versions(spark: SparkSession, layout: Layout) -> dict[str, int]:
+    """Table path (``layout.table``) → the highest version any committed transaction recorded
+    for it in the ledger: the table as of the ledger's last batch. Only tables some transaction
+    wrote are listed (see ``read_consistent`` for the others)."""
+    rows = (
+        read_table(spark, layout.ledger)
+        .select(
+            "dataset",
+            F.explode(F.from_json("table_versions", "map<string,bigint>")).alias(
+                "schema", "version"
+            ),
+        )
+        .groupBy("dataset", "schema")
+        .agg(F.max("version").alias("version"))
+        .collect()
+    )
+    return {layout.table(r["dataset"], r["schema"]): int(r["version"]) for r in rows}
+
+
+def read_consistent(
+    spark: SparkSession,
+    layout: Layout,
+    dataset: str,
+    schema: str,
+    versions: Mapping[str, int] | None = None,
+) -> DataFrame:
+    """The current table of ``schema`` (of ``dataset``) at its consistent version: from
+    ``versions`` (one ``consistent_versions`` result for every table of a view) or, without it,
+    from the ledger now. A table no committed transaction wrote is read as created (version 0)."""
+    chosen = consistent_versions(spark, layout) if versions is None else versions
+    path = layout.table(dataset, schema)
+    return read_table(spark, path, chosen.get(path, CREATED_VERSION))

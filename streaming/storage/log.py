@@ -1,0 +1,147 @@
+"""Reads of a Delta table's log on the driver: versions, sizes, file statistics, recent commits.
+
+Each answers from Delta's ``DeltaLog`` in the JVM (cached per path) without a Spark job where it
+can, which is what keeps a small batch's cost in its writes rather than its bookkeeping.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    StructType,
+)
+
+from streaming.storage.tables import read_table
+
+
+def _delta_log(spark: SparkSession, path: str) -> Any:
+    """Delta's ``DeltaLog`` of the table at ``path`` (cached by Delta per path, in the JVM)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+
+
+def latest_version(spark: SparkSession, path: str) -> int:
+    """The table's latest version, from its log on the driver (no Spark job, unlike
+    ``DeltaTable.history``): Delta lists the log from its last checkpoint."""
+    jvm = spark._jvm
+    assert jvm is not None
+    empty = jvm.scala.Option.empty()
+    return int(_delta_log(spark, path).update(False, empty, empty).version())
+
+
+def known_version(spark: SparkSession, path: str) -> int:
+    """The latest version this process has seen of the table (its own commits included),
+    without reading the log: for metrics, never for deciding what to read."""
+    return int(_delta_log(spark, path).unsafeVolatileSnapshot().version())
+
+
+def _held_snapshot(spark: SparkSession, path: str, version: int) -> Any:
+    """Delta's snapshot of the table that this process holds, if it is the one at ``version``
+    (as after its own last commit), else None: read without a Spark job or a log listing."""
+    snapshot = _delta_log(spark, path).unsafeVolatileSnapshot()
+    return snapshot if int(snapshot.version()) == version else None
+
+
+def known_size(spark: SparkSession, path: str, version: int) -> int | None:
+    """The table's size in bytes at ``version`` if Delta knows it without a Spark job — from the
+    checksum of the snapshot this process holds, when that is the one at ``version`` — else
+    None."""
+    snapshot = _held_snapshot(spark, path, version)
+    if snapshot is None:
+        return None
+    checksum = snapshot.checksumOpt()
+    return int(checksum.get().tableSizeBytes()) if checksum.isDefined() else None
+
+
+STATS_PREFIX = 32
+"""Delta keeps string statistics of up to this many characters (``dataSkippingStringPrefixLength``):
+longer ones are cut, the maximum then followed by a marker; such bounds are not used here."""
+
+
+def id_ranges(spark: SparkSession, path: str, version: int) -> list[tuple[str, str]] | None:
+    """Each data file's ``[min, max]`` of ``id`` at ``version``, from Delta's statistics — when
+    this process holds the snapshot at that version (as after its own last commit), it has two
+    files or more, every file has statistics and none is cut short; else None. One Spark job
+    over the snapshot's file list (which Delta caches, and the MERGE that follows reuses), none
+    when the checksum says there are fewer than two files."""
+    snapshot = _held_snapshot(spark, path, version)
+    if snapshot is None:
+        return None
+    checksum = snapshot.checksumOpt()
+    if checksum.isDefined() and int(checksum.get().numFiles()) < 2:
+        return None  # no file to tell from another: no job
+    files = DataFrame(snapshot.allFiles().toDF(), spark)
+    stats = F.from_json("stats", "minValues struct<id: string>, maxValues struct<id: string>")
+    bounds = [
+        (r["low"], r["high"])
+        for r in files.select(stats.alias("s"))
+        .select(F.col("s.minValues.id").alias("low"), F.col("s.maxValues.id").alias("high"))
+        .collect()
+    ]
+    usable = all(
+        low is not None and high is not None and len(high) < STATS_PREFIX for low, high in bounds
+    )
+    return bounds if usable else None
+
+
+def holds_no_rows(spark: SparkSession, path: str, version: int) -> bool:
+    """Whether the table has no data files at ``version``: from Delta's checksum when this
+    process holds that snapshot (no job), else by looking for one row (one job)."""
+    size = known_size(spark, path, version)
+    if size is not None:
+        return size == 0
+    return read_table(spark, path, version).isEmpty()
+
+
+def table_state(spark: SparkSession, path: str) -> tuple[StructType, dict[str, str]] | None:
+    """The schema and table properties of the Delta table at ``path`` from its log on the
+    driver (``DeltaTable.detail`` would run a Spark job per table); None if there is none."""
+    jvm = spark._jvm
+    assert jvm is not None
+    empty = jvm.scala.Option.empty()
+    snapshot = _delta_log(spark, path).update(False, empty, empty)
+    if int(snapshot.version()) < 0:
+        return None
+    schema = StructType.fromJson(json.loads(str(snapshot.schema().json())))
+    configuration = jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+        snapshot.metadata().configuration()
+    )
+    return schema, {str(k): str(v) for k, v in configuration.items()}
+
+
+def recent_commits(spark: SparkSession, path: str, count: int) -> list[tuple[int, str | None]]:
+    """(version, userMetadata) of the table's latest ``count`` commits, newest first, read
+    from the commit files on the driver (no Spark job). Stops early at a commit file that is
+    gone (log clean-up removes old ones)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    log = _delta_log(spark, path)
+    latest = latest_version(spark, path)
+    store, conf = log.store(), log.newDeltaHadoopConf()
+    out: list[tuple[int, str | None]] = []
+    for version in range(latest, max(latest - count, -1), -1):
+        file = jvm.org.apache.hadoop.fs.Path(log.logPath(), f"{version:020d}.json")
+        try:
+            text = str(store.read(file, conf).mkString("\n"))
+        except Py4JJavaError:
+            break
+        out.append((version, _user_metadata(text)))
+    return out
+
+
+def _user_metadata(commit: str) -> str | None:
+    """The ``userMetadata`` of a commit file's ``commitInfo`` action (None: there is none)."""
+    for line in commit.splitlines():
+        if '"commitInfo"' not in line:
+            continue
+        info = json.loads(line).get("commitInfo")
+        if isinstance(info, dict):
+            meta = info.get("userMetadata")
+            return meta if isinstance(meta, str) else None
+    return None

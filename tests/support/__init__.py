@@ -1,0 +1,69 @@
+"""Test builders: request lines and a workspace of config, datasets, data and landing files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from streaming.core.config import AppConfig, parse_config
+from streaming.runtime.job import Job
+
+
+def request(tid: str, *actions: dict[str, Any], dataset: str = "petstore") -> str:
+    return json.dumps({"transactionId": tid, "dataset": dataset, "actions": list(actions)})
+
+
+def upsert(location: str, **extra: Any) -> dict[str, Any]:
+    return {"operation": "UPSERT", "locationUri": location, "format": "JSON", **extra}
+
+
+class Workspace:
+    """A tmp folder holding a config, datasets, data files and landing request files."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.landing = root / "landing" / "transactions"
+        self.landing.mkdir(parents=True)
+        self._files = 0
+
+    def dataset(self, name: str, yaml_text: str) -> Path:
+        path = self.root / f"{name}.yaml"
+        path.write_text(yaml_text)
+        return path
+
+    def data(self, relative: str, *rows: dict[str, Any] | str) -> Path:
+        """A JSON-lines data file under ``data/`` (rows as dicts, or raw lines as strings)."""
+        path = self.root / "data" / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+        return path
+
+    def requests(self, *lines: str) -> Path:
+        """A landing file of request lines; later files get later modification times."""
+        self._files += 1
+        path = self.landing / f"{self._files:04d}.jsonl"
+        path.write_text("".join(line + "\n" for line in lines))
+        stamp = 1_700_000_000 + 60 * self._files
+        os.utime(path, (stamp, stamp))
+        return path
+
+    def config(self, **overrides: Any) -> AppConfig:
+        data: dict[str, Any] = {
+            "warehouse": "./warehouse",
+            "checkpoints": "./checkpoints",
+            "datasets": {p.stem: p.name for p in self.root.glob("*.yaml")},
+            "landing": {"transactions": "./landing/transactions"},
+            "allowed_locations": ["./data"],
+            "spark": {"shuffle_partitions": 2},
+            **overrides,
+        }
+        return parse_config(data, base=self.root, environ={})
+
+    def run_once(self, spark: SparkSession, cfg: AppConfig | None = None) -> Job:
+        job = Job.create(spark, cfg or self.config())
+        job.run(once=True)
+        return job
