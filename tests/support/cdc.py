@@ -1,0 +1,88 @@
+"""``cdc`` in a process of its own, as users run it: one runner for every test that needs a cold
+process (a crash, a startup failure, a cluster), always with a timeout."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CDC = [sys.executable, "-m", "streaming.cli.main"]
+TIMEOUT = 600.0
+"""The longest a `cdc` process may take in a test (a cold JVM, a batch, a stop)."""
+
+
+def cdc_env(extra: Mapping[str, str] | None = None, drop: Sequence[str] = ()) -> dict[str, str]:
+    """This process's environment, without the variables named in ``drop`` (or starting with a
+    name ending in ``_``), plus ``extra`` and this checkout on PYTHONPATH."""
+
+    def dropped(key: str) -> bool:
+        return any(key == d or (d.endswith("_") and key.startswith(d)) for d in drop)
+
+    env = {k: v for k, v in os.environ.items() if not dropped(k)}
+    return {**env, **(extra or {}), "PYTHONPATH": str(ROOT)}
+
+
+def run_cdc(
+    *args: str,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    timeout: float = TIMEOUT,
+) -> subprocess.CompletedProcess[str]:
+    """``cdc ARGS`` in ``cwd`` to its end; its exit code and output (text)."""
+    return subprocess.run(
+        [*CDC, *args],
+        cwd=cwd,
+        env=dict(env) if env is not None else cdc_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start_cdc(
+    *args: str, cwd: Path, log: Path, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``cdc ARGS`` in the background, in a process group of its own (``kill_group`` ends the
+    Python driver and its JVM at once, as losing the machine would), output to ``log``."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [*CDC, *args],
+            cwd=cwd,
+            env=dict(env) if env is not None else cdc_env(),
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+
+
+def kill_group(process: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> int:
+    """``sig`` to the process group of a command ``start_cdc`` started; its exit code."""
+    with contextlib.suppress(ProcessLookupError):  # the whole group has ended already
+        os.killpg(process.pid, sig)
+    return process.wait(timeout=60)
+
+
+def wait_until(
+    what: str,
+    check: Callable[[], bool],
+    process: subprocess.Popen[bytes] | None = None,
+    log: Path | None = None,
+    timeout: float = TIMEOUT,
+) -> None:
+    """Poll ``check`` until it holds; fail naming ``what`` on timeout, or at once when
+    ``process`` ends first (with the tail of its ``log``)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if process is not None and process.poll() is not None:
+            tail = log.read_text(errors="replace")[-3000:] if log is not None else ""
+            raise AssertionError(f"the job ended ({process.returncode}) before {what}:\n{tail}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)

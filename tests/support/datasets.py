@@ -1,0 +1,36 @@
+"""Dataset definitions the tests share: one name each, instead of the same YAML in every file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DOG = """\
+petstore.Dog:
+  properties: {name: {type: string}}
+"""
+"""One object schema with one property: the smallest dataset."""
+
+DOG_AGE = """\
+petstore.Dog:
+  properties: {name: {type: string}, age: {type: integer}}
+"""
+"""A string and an integer property: type checks, PATCH of one column."""
+
+DOG_CAT = """\
+petstore.Dog:
+  properties: {name: {type: string}}
+petstore.Cat:
+  properties: {name: {type: string}}
+"""
+"""Two object schemas: transactions that write two tables."""
+
+DOG_AGE_CAT = """\
+petstore.Dog:
+  properties: {name: {type: string}, age: {type: integer}}
+petstore.Cat:
+  properties: {name: {type: string}}
+"""
+"""Two object schemas, the first with an integer property."""
+
+PETSTORE = (Path(__file__).resolve().parents[2] / "streaming" / "resources" / "petstore.yaml")
+"""The petstore dataset the package ships (seed 000's schemas, queries and views)."""
