@@ -24,32 +24,49 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $@
 
-jars: jars/spark/.resolved jars/kafka/.resolved
+# A folder's stamp counts only while the jars it stands for are there: a stamp left over jars that
+# were deleted is removed, and mvn resolves the folder again.
+SPARK_JARS := jars/spark/delta-spark_*.jar
+KAFKA_JARS := jars/kafka/kafka_*.jar
+S3_JARS    := jars/s3/hadoop-aws-*.jar jars/s3/bundle-*.jar
+
+jars:
+	@ls $(SPARK_JARS) >/dev/null 2>&1 || rm -f jars/spark/.resolved
+	@ls $(KAFKA_JARS) >/dev/null 2>&1 || rm -f jars/kafka/.resolved
+	@$(MAKE) --no-print-directory jars/spark/.resolved jars/kafka/.resolved
 
 jars/spark/.resolved: pom.xml
 	rm -rf jars/spark
 	$(MVN) -P spark dependency:copy-dependencies -DoutputDirectory=jars/spark
+	@ls $(SPARK_JARS) >/dev/null
 	@touch $@
 
 jars/kafka/.resolved: pom.xml
 	rm -rf jars/kafka
 	$(MVN) -P kafka dependency:copy-dependencies -DoutputDirectory=jars/kafka
+	@ls $(KAFKA_JARS) >/dev/null
 	@touch $@
 
 # The s3a file system (hadoop-aws + the AWS SDK v2 bundle, ~690 MB; 15 s to download and copy
 # here): for the S3 warehouse test only, never on the classpath of the other tests or the demo.
-jars-s3: jars/s3/.resolved
+jars-s3:
+	@ls $(S3_JARS) >/dev/null 2>&1 || rm -f jars/s3/.resolved
+	@$(MAKE) --no-print-directory jars/s3/.resolved
 
 jars/s3/.resolved: pom.xml
 	rm -rf jars/s3
 	$(MVN) -P s3 dependency:copy-dependencies -DoutputDirectory=jars/s3
+	@ls $(S3_JARS) >/dev/null
 	@touch $@
 
 demo: setup
 	$(VENV)/bin/cdc demo
 
+# The fast tests first (no Spark: a broken core fails in seconds), then the integration tests with
+# the 25 slowest listed at the end of the output.
 test: setup jars-s3
-	$(PY) -m pytest
+	$(PY) -m pytest tests/unit tests/bench
+	$(PY) -m pytest tests/integration --durations=25
 
 # The warehouse, checkpoints and landing folders on s3a against a local S3 server
 # (tests/integration/test_s3_warehouse.py). A pytest run without jars/s3 deselects it.
@@ -57,7 +74,7 @@ test-s3: setup jars-s3
 	$(PY) -m pytest -m s3 tests/integration/test_s3_warehouse.py
 
 test-unit: $(STAMP)
-	$(PY) -m pytest tests/unit
+	$(PY) -m pytest tests/unit tests/bench
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check streaming connectors tests bench

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,11 +46,35 @@ def ws(tmp_path: Path) -> Workspace:
     return Workspace(tmp_path)
 
 
+# -- markers that select what they say -------------------------------------------------------
+# A test that uses the SparkSession (directly or through another fixture) is marked `spark`, one
+# that uses the Kafka broker `kafka`, whether or not its module says so: `-m "not spark"` selects
+# exactly the tests that start no Spark here. Tests that start Spark or Kafka in a process of
+# their own carry the marker in their module. tests/unit holds only tests that need neither.
+FIXTURE_MARKERS = {"spark": "spark", "kafka_broker": "kafka"}
+PROCESS_MARKERS = ("spark", "kafka", "s3", "cluster")
+
+
+def _mark_by_fixtures(items: list[pytest.Item]) -> None:
+    problems = []
+    for item in items:
+        for fixture, marker in FIXTURE_MARKERS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
+        marked = [m for m in PROCESS_MARKERS if item.get_closest_marker(m)]
+        where = Path(str(item.path)).parent.name
+        if where == "unit" and marked:
+            problems.append(f"{item.nodeid}: a unit test marked {marked} (move it to integration)")
+    if problems:
+        raise pytest.UsageError("\n".join(problems))
+
+
 # -- the s3a warehouse tests (tests/integration/test_s3_warehouse.py) ---------------------------
 # They need jars/s3 (hadoop-aws + the AWS SDK bundle, ~690 MB; `make jars-s3`, which `make test`
 # and `make test-s3` run first). A run without those jars deselects them and says so (in the
-# header and the "deselected" count); with them they run like any other test. Chosen explicitly
-# (`-m s3`) they are never deselected: without the jars they fail, naming `make jars-s3`.
+# header and the "deselected" count) — except under CI (CI=true), where a missing jar is an error:
+# CI must never pass by not running them. Chosen explicitly (`-m s3`) they are never deselected:
+# without the jars they fail, naming `make jars-s3`.
 S3_JARS = Path(__file__).resolve().parents[1] / "jars" / "s3"
 
 
@@ -57,16 +82,28 @@ def s3_jars_present() -> bool:
     return any(S3_JARS.glob("hadoop-aws-*.jar")) and any(S3_JARS.glob("bundle-*.jar"))
 
 
+def under_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     if s3_jars_present():
         return f"s3 tests: run (jars in {S3_JARS})"
+    if under_ci():
+        return "s3 tests: no jars/s3 under CI: an error (`make jars-s3` fetches them)"
     return "s3 tests: deselected, no jars/s3 (`make test-s3` fetches them and runs them)"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _mark_by_fixtures(items)
     if s3_jars_present() or "s3" in (config.option.markexpr or ""):
         return
     dropped = [item for item in items if item.get_closest_marker("s3")]
+    if dropped and under_ci():
+        raise pytest.UsageError(
+            f"{len(dropped)} s3 tests selected but {S3_JARS} has no hadoop-aws/bundle jars: "
+            "run `make jars-s3` (under CI a missing optional jar fails instead of deselecting)"
+        )
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if not item.get_closest_marker("s3")]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.__main__ import main
-from tests.unit.test_bench_full_load import rendered
+from tests.bench.results import rendered
 
 
 def _w2(runs: dict[str, list[float]]) -> str:

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.run import _median, render
-
-
-def rendered(work: str, entry: dict[str, Any]) -> str:
-    """The benchmark's text for results holding only ``work``'s ``entry``."""
-    return render({"sizes": {"name": "full"}, "machine": "2 cores", "code": "abc1234", work: entry})
+from bench.run import _median
+from tests.bench.results import rendered
 
 
 def test_the_median_run_is_the_middle_one_or_the_lower_middle_one() -> None:
