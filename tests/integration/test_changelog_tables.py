@@ -10,6 +10,7 @@ from pyspark.sql import SparkSession
 
 from streaming.cli.main import main
 from tests.support import Workspace, request, upsert
+from tests.support.datasets import DOG
 
 pytestmark = pytest.mark.spark
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.spark
 def test_history_refuses_update_and_delete_while_maintain_compacts_it(
     spark: SparkSession, ws: Workspace, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ws.dataset("petstore", "petstore.Dog:\n  properties:\n    name: {type: string}\n")
+    ws.dataset("petstore", DOG)
     cfg = ws.config()
     for n, name in enumerate(["Rex", "Rex II", "Rex III"]):
         ws.data(f"in{n}/petstore/Dog/part.json", {"id": "dog1", "name": name})

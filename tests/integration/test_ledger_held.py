@@ -15,6 +15,7 @@ from streaming.core.outcomes import Status
 from streaming.runtime.job import Job
 from streaming.storage import ledger
 from tests.support import Workspace, request, upsert
+from tests.support.datasets import DOG
 
 pytestmark = pytest.mark.spark
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -30,7 +31,7 @@ def batch(ws: Workspace, tid: str, name: str, folder: str = "") -> list[RawReque
 def test_new_transactions_are_triaged_from_the_held_ids_and_a_resent_one_is_duplicate(
     spark: SparkSession, ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ws.dataset("petstore", "petstore.Dog:\n  properties:\n    name: {type: string}\n")
+    ws.dataset("petstore", DOG)
     job = Job.create(spark, ws.config())
     other = Job.create(spark, ws.config(query_name="other"))  # the same ledger
     reads: list[int | None] = []
@@ -83,7 +84,7 @@ def test_new_transactions_are_triaged_from_the_held_ids_and_a_resent_one_is_dupl
 def test_a_ledger_too_large_to_hold_is_looked_up_each_batch(
     spark: SparkSession, ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ws.dataset("petstore", "petstore.Dog:\n  properties:\n    name: {type: string}\n")
+    ws.dataset("petstore", DOG)
     job = Job.create(spark, ws.config())
     job.sink.committed_ids.max_bytes = 0  # any ledger with a file is too large
     assert job.sink.process(batch(ws, "t0", "Rex"), 0)[0].status is Status.COMMITTED

@@ -20,13 +20,14 @@ from streaming.storage import timeline as timeline_module
 from streaming.storage.commits import BatchCommit
 from streaming.storage.tables import read_table
 from tests.support import Workspace, request, upsert
+from tests.support.datasets import DOG
 
 pytestmark = pytest.mark.spark
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
 def seed(ws: Workspace) -> list[RawRequest]:
-    ws.dataset("petstore", "petstore.Dog:\n  properties:\n    name: {type: string}\n")
+    ws.dataset("petstore", DOG)
     ws.data(
         "in/petstore/Dog/a.json", {"id": "dog1", "name": "Scooby"}, {"id": "dog2", "name": "Rex"}
     )
@@ -185,7 +186,7 @@ def test_whole_input_replayed_on_a_fresh_checkpoint_changes_no_table(
     """Lose the checkpoint and read every request again: the ledger makes each one DUPLICATE,
     so every table keeps the same rows and versions; and a new request in the new checkpoint's
     batch 0 is applied, not mistaken for the old checkpoint's batch 0 (Delta's txnAppId)."""
-    ws.dataset("petstore", "petstore.Dog:\n  properties:\n    name: {type: string}\n")
+    ws.dataset("petstore", DOG)
     ws.data(
         "a/petstore/Dog/part.json", {"id": "dog1", "name": "Scooby"}, {"id": "dog2", "name": "Rex"}
     )

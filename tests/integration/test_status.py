@@ -20,10 +20,9 @@ from streaming.core.config import LogConfig
 from streaming.runtime.job import Job
 from streaming.runtime.logs import configure_logging
 from tests.support import Workspace, request, upsert
+from tests.support.datasets import DOG
 
 pytestmark = pytest.mark.spark
-
-DOG = "petstore.Dog:\n  properties:\n    name:\n      type: string\n"
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.support import Workspace, request, upsert
+from tests.support.datasets import DOG
 
 pytestmark = pytest.mark.spark
 
@@ -28,7 +29,7 @@ def readme_example() -> str:
 def test_readme_reads_the_outcomes_with_spark_sql_and_delta_rs(
     spark: SparkSession, ws: Workspace
 ) -> None:
-    ws.dataset("petstore", "petstore.Dog:\n  properties:\n    name: {type: string}\n")
+    ws.dataset("petstore", DOG)
     ws.data("in/petstore/Dog/part.json", {"id": "dog1", "name": "Rex"}, {"id": "dog2"})
     ws.requests(
         request("tx-good", upsert("./data/in")),
