@@ -1,5 +1,5 @@
 """The **plain** baseline: the pattern a user writes to apply the same requests with Spark and
-Delta, one MERGE per target table per micro-batch (DESIGN.md §7: the floor to compare with).
+Delta, one MERGE per target table per micro-batch (docs/performance.md: the floor to compare with).
 
 Its ``foreachBatch`` function, for each micro-batch of requests (landing files or Kafka records):
 

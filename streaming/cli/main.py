@@ -1,4 +1,4 @@
-"""The ``cdc`` command line (DESIGN.md §2)."""
+"""The ``cdc`` command line (docs/interface.md, "The command line")."""
 
 from __future__ import annotations
 

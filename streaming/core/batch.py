@@ -1,8 +1,8 @@
 """The pure first steps of a micro-batch: raw input → ordered, parsed, de-duplicated requests.
 
-Order (DESIGN.md §3): Kafka offset order within a partition; landing and DMS files by
-(modification time, name), then line order. Across sources and partitions the order is
-undefined; we fix one (files first, then Kafka by topic/partition/offset) so a replay is
+Order (docs/architecture.md, "Order"): Kafka offset order within a partition; landing and
+DMS files by (modification time, name), then line order. Across sources and partitions the order
+is undefined; we fix one (files first, then Kafka by topic/partition/offset) so a replay is
 deterministic.
 """
 

@@ -7,7 +7,7 @@ A dataset file maps fully-qualified schema names to definitions::
         name: {type: string}
         updatedAt: {type: timestamp}
         deleted: {type: string}
-      watermark: [updatedAt]              # CDC keys (DESIGN.md §2)
+      watermark: [updatedAt]              # CDC keys (docs/interface.md, "DMS change files")
       tombstone: {column: deleted, value: "Y"}
 
 Kinds: ``object`` (the default: meta columns id/version/created/updated/hash + properties),

@@ -1,8 +1,9 @@
 """Row versioning as a pure fold: the stored state of one key + its ordered changes → new state.
 
-This is the single definition of what a change does to a row (DESIGN.md §3 "Versions"). The
-micro-batch path runs it once per key over all the batch's changes to that key, in source order,
-so applying many transactions together gives exactly what applying them one at a time gives.
+This is the single definition of what a change does to a row (docs/architecture.md,
+"Versions"). The micro-batch path runs it once per key over all the batch's changes to that key,
+in source order, so applying many transactions together gives exactly what applying them one at a
+time gives.
 
 - insert: version = previous version + 1 (1 for a new key; tombstone version + 1 for a key that was
   deleted, so (id, version) stays unique in history), created = updated = commit time.

@@ -40,7 +40,7 @@ class ActionOutcome(BaseModel):
 
 
 class Outcome(BaseModel):
-    """The outcome event (DESIGN.md §2). Field names are the wire format."""
+    """The outcome event (docs/interface.md, "Outcome events"). Field names are the wire format."""
 
     model_config = ConfigDict(populate_by_name=True)
 

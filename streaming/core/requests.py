@@ -1,6 +1,6 @@
 """Transaction requests: the pydantic models of the wire format and the parser of raw bytes.
 
-A request is one JSON object (DESIGN.md §2, actions as in seed 000)::
+A request is one JSON object (docs/interface.md, "Transaction requests"; actions as in seed 000)::
 
     {"transactionId": "tx-0001", "dataset": "petstore",
      "actions": [{"operation": "UPSERT", "locationUri": "./data/ingest1", "format": "JSON"}]}

@@ -1,4 +1,5 @@
-"""How a micro-batch is cut into steps so that grouped = sequential (DESIGN.md §3). Pure.
+"""How a micro-batch is cut into steps so that grouped = sequential (docs/architecture.md,
+"Grouped = sequential"). Pure.
 
 Most actions only *write* their target: their changes fold per key, so any number of them share
 one write per table. An action that *reads* a table (a source schema, a MERGE/REPLACE scope, a

@@ -1,6 +1,6 @@
 """What a micro-batch costs on Spark and Delta: the Spark jobs it started and the Delta commits it
-made. They, far more than rows, are what a batch's time is made of (DESIGN.md §7), so every
-batch reports them (the progress line and ``Sink.history``)."""
+made. They, far more than rows, are what a batch's time is made of (docs/performance.md, "What a
+batch costs"), so every batch reports them (the progress line and ``Sink.history``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Consistent reads of several tables (DESIGN.md §4.6).
+"""Consistent reads of several tables (docs/architecture.md, "Consistent reads").
 
 Delta commits per table, so "the latest version" of two tables may be from different batches (a
 batch in progress has written one and not yet the other) or hold commits the job did not make.

@@ -1,4 +1,5 @@
-"""Schema evolution at startup (DESIGN.md §8): every schema's tables follow its definition.
+"""Schema evolution at startup (docs/interface.md, "Schema evolution"): every schema's tables
+follow its definition.
 
 A dataset definition changes over time; the tables written under the old definition stay. At
 startup every table of every schema — the current table, and for objects the history and the

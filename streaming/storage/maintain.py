@@ -7,7 +7,7 @@ data (``dataChange = false``), which ``delta.appendOnly`` permits.
 A current table is MERGEd by ``id``: a batch rewrites every file that holds one of its keys. Its
 files are therefore kept small (``current_file_mib``, not Delta's 1 GB) and, with ``cluster``,
 each holds a narrow id range, so that a batch's keys fall in few files and Delta's data skipping
-passes over the rest (README "Table layout").
+passes over the rest (docs/performance.md, "Table layout").
 """
 
 from __future__ import annotations

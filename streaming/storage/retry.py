@@ -1,6 +1,7 @@
-"""Retry of Delta commits that lost a race (DESIGN.md §6): only Delta's concurrent-modification
-exceptions — another writer (e.g. ``cdc maintain``'s OPTIMIZE) committed first — are retried,
-with exponential backoff. Every other error goes up at once: retrying it blindly would hide it."""
+"""Retry of Delta commits that lost a race (docs/architecture.md, "Retries"): only Delta's
+concurrent-modification exceptions — another writer (e.g. ``cdc maintain``'s OPTIMIZE) committed
+first — are retried, with exponential backoff. Every other error goes up at once: retrying it
+blindly would hide it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Consistent multi-table reads (DESIGN.md §4.6): every table at the version the ledger recorded
-for the last completed batch, not at its latest version (`streaming.storage.consistent`,
-``cdc show --consistent``)."""
+"""Consistent multi-table reads (docs/architecture.md, "Consistent reads"): every table at the
+version the ledger recorded for the last completed batch, not at its latest version
+(`streaming.storage.consistent`, ``cdc show --consistent``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Kill the driver (SIGKILL) at each named crash point of a batch, restart, and check that every
-transaction is applied exactly once and has an outcome (DESIGN.md §4, streaming/core/faults.py).
+transaction is applied exactly once and has an outcome (docs/architecture.md, "Crashes";
+streaming/core/faults.py).
 
 The job runs as users run it — ``cdc run --once`` in a process of its own — over one batch of
 three requests: one writing two tables, one deleting, one malformed."""

@@ -1,6 +1,7 @@
-"""Grouped = sequential (DESIGN.md §3), as a property: hundreds of generated transaction
-sequences applied together in ONE micro-batch by the Spark engine give exactly what an
-independent one-transaction-at-a-time model gives — rows, versions, history and outcome counts.
+"""Grouped = sequential (docs/architecture.md, "Grouped = sequential"), as a property: hundreds
+of generated transaction sequences applied together in ONE micro-batch by the Spark engine give
+exactly what an independent one-transaction-at-a-time model gives — rows, versions, history and
+outcome counts.
 
 Each generated sequence works on its own ids (prefixed with its number) and its own group
 (``grp``), so all of them can share one batch and one Spark run; inside a sequence, transactions

@@ -1,5 +1,6 @@
 """A transaction whose second table fails changes neither table; the batch's other transactions
-commit (DESIGN.md §4: restore the segment, then isolate the failing transaction)."""
+commit (docs/architecture.md, "All or nothing": restore the segment, then isolate the failing
+transaction)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Schema evolution at startup (DESIGN.md §8): a dataset definition changes between two runs,
-with a transaction already waiting in the landing folder.
+"""Schema evolution at startup (docs/interface.md, "Schema evolution"): a dataset definition
+changes between two runs, with a transaction already waiting in the landing folder.
 
 Additive changes are applied to every table of the schema before the query starts (and recorded
 in the commit metadata); anything else stops Job.create before anything is consumed, and the

@@ -489,9 +489,10 @@ def test_registry_secrets_come_from_the_environment_and_are_never_printed(tmp_pa
         assert SECRET not in shown and "file-secret" not in shown
 
 
-def test_the_readme_avro_example_is_a_valid_config(tmp_path: Path) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("## Avro messages") :]
+def test_the_interface_avro_example_is_a_valid_config(tmp_path: Path) -> None:
+    interface = Path(__file__).resolve().parents[2] / "docs" / "interface.md"
+    text = interface.read_text(encoding="utf-8")
+    section = text[text.index("## Avro messages") :]
     example = section[section.index("```yaml\n") + 8 : section.index("```\n", 8)]
     data = yaml.safe_load(example)
     environ = {"CDC_KAFKA__AVRO__REGISTRY__BASIC_AUTH_USER_INFO": f"{USER}:{SECRET}"}

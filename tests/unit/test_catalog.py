@@ -1,4 +1,5 @@
-"""Dataset definitions in the seed's schema YAML syntax (seed 000 examples, DESIGN.md §2)."""
+"""Dataset definitions in the seed's schema YAML syntax (seed 000 examples; docs/interface.md,
+"Dataset definitions")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The versioning rules of DESIGN.md §3 on single keys, without Spark."""
+"""The versioning rules (docs/architecture.md, "Versions") on single keys, without Spark."""
 
 from __future__ import annotations
 
