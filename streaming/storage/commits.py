@@ -2,9 +2,10 @@
 
 Every commit this job makes to a table carries ``userMetadata`` = ``{"cdc": query, "batchId": n,
 "step": s, "at": commit time}``: a replayed batch finds its own earlier commits by it, so it can
-read each table at the version *before* it and skip what it already wrote. MERGEs, DELETEs and
-RESTOREs also carry ``txnAppId`` = query name + table path and ``txnVersion`` = (batch id, step),
-so Delta itself skips a DML commit a replayed batch already made. Appends do not: Delta answers
+read each table at the version *before* it and skip what it already wrote. MERGEs and DELETEs
+also carry ``txnAppId`` = query name + table path and ``txnVersion`` = (batch id, step), so Delta
+itself skips a DML commit a replayed batch already made (a RESTORE is made only when the table is
+not at its version already: ``timeline.Timeline.restore``). Appends do not: Delta answers
 a ``txnAppId`` from the table's snapshot state, a Spark job per append that nothing else in the
 batch needs; an append looks for its commit in the table's latest commits instead, and only
 when the batch may have run before (``BatchCommit.replay_possible``).
