@@ -179,7 +179,7 @@ def test_avro_through_a_registry_that_requires_basic_auth(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG)  # restored after the test; `cdc -v` logs at DEBUG too
     bootstrap: str = kafka_broker.bootstrap
     ws.dataset("petstore", DOG)
     ws.data("ingest1/petstore/Dog/part.json", {"id": "dog1", "name": "Scooby"})
@@ -205,14 +205,14 @@ def test_avro_through_a_registry_that_requires_basic_auth(
         # Right credentials: publish (registers the request schema), run, read the results.
         monkeypatch.setenv(USER_INFO_ENV, f"{USER}:{SECRET}")
         requests_file.write_text(request("tx-registry-1", upsert("./data/ingest1")) + "\n")
-        assert main(["publish", str(requests_file), "--config", str(config_file)]) == 0
+        assert main(["-v", "publish", str(requests_file), "--config", str(config_file)]) == 0
         request_id = registry.subjects["registry.transactions-value"][0]
         job = ws.run_once(spark, cfg)
         outcome_id = registry.subjects["registry.outcomes-value"][0]
         on_topic = read_values(bootstrap, kafka.outcomes_topic)
         assert [struct.unpack(">bI", v[:5]) for v in on_topic] == [(0, outcome_id)]
         output()
-        assert main(["results", "--config", str(config_file), "--json"]) == 0
+        assert main(["-v", "results", "--config", str(config_file), "--json"]) == 0
         printed = [Outcome.from_json(line) for line in output()[0].splitlines()]
         assert [(o.transaction_id, o.status) for o in printed] == [
             ("tx-registry-1", Status.COMMITTED)
@@ -225,7 +225,7 @@ def test_avro_through_a_registry_that_requires_basic_auth(
         requests_file.write_text(request("tx-registry-2", upsert("./data/ingest2")) + "\n")
         output()
         for command in (["publish", str(requests_file)], ["results", "--json"]):
-            assert main([*command, "--config", str(config_file)]) == 2
+            assert main(["-v", *command, "--config", str(config_file)]) == 2
             err = output()[1]
             assert "cdc: error [SCHEMA_REGISTRY_ERROR]" in err and "HTTP 401" in err, err
             assert "basic.auth.user.info" in err
@@ -237,7 +237,7 @@ def test_avro_through_a_registry_that_requires_basic_auth(
         # The credentials stop working after the job started: its batch fails and is replayed
         # (not rejected); with them back, the request is applied once.
         monkeypatch.setenv(USER_INFO_ENV, f"{USER}:{SECRET}")
-        assert main(["publish", str(requests_file), "--config", str(config_file)]) == 0
+        assert main(["-v", "publish", str(requests_file), "--config", str(config_file)]) == 0
         assert len(read_values(bootstrap, kafka.transactions_topic)) == 2
         stale_job = Job.create(spark, cfg)  # a new process: no schema cached but the outcome's
         registry.password = "rotated"

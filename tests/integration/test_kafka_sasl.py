@@ -81,7 +81,7 @@ def test_sasl_scram_publish_run_results_refused_with_wrong_credentials_and_no_se
     capfd: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG)  # restored after the test; `cdc -v` logs at DEBUG too
     for key in [k for k in os.environ if k.startswith("CDC_")]:
         monkeypatch.delenv(key)
     (tmp_path / "petstore.yaml").write_text(DOG)
@@ -117,7 +117,7 @@ def test_sasl_scram_publish_run_results_refused_with_wrong_credentials_and_no_se
     def cli(*args: str, spark_pw: str = PASSWORD, client_pw: str = PASSWORD) -> tuple[int, str]:
         """`cdc` as a user runs it, in a process of its own; (exit code, stdout + stderr)."""
         env = cdc_env(secrets_env(spark=spark_pw, client=client_pw), drop=["CDC_"])
-        done = run_cdc(*args, "--config", str(config), cwd=tmp_path, env=env, timeout=120)
+        done = run_cdc("-v", *args, "--config", str(config), cwd=tmp_path, env=env, timeout=120)
         shown.append(done.stdout + done.stderr)
         return done.returncode, done.stdout + done.stderr
 
@@ -126,7 +126,7 @@ def test_sasl_scram_publish_run_results_refused_with_wrong_credentials_and_no_se
         for key, value in secrets_env(spark=spark_pw, client=client_pw).items():
             monkeypatch.setenv(key, value)
         capfd.readouterr()
-        code = main(["run", "--once", "--config", str(config)])
+        code = main(["-v", "run", "--once", "--config", str(config)])
         out = capfd.readouterr()
         shown.append(out.out + out.err)
         return code, out.err
