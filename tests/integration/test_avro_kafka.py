@@ -22,11 +22,10 @@ from typing import Any
 
 import deltalake
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
 from connectors.avro import RegistryError, codec_for
-from connectors.kafka_io import produce, read_outcomes
+from connectors.kafka_io import produce
 from streaming.cli.main import main
 from streaming.core.config import AppConfig
 from streaming.core.outcomes import Outcome, Status
@@ -34,10 +33,11 @@ from streaming.runtime.job import Job
 from streaming.storage.tables import read_table
 from tests import fake_registry
 from tests.support import Workspace, request, upsert
+from tests.support.datasets import DOG
+from tests.support.kafka import outcome_events, read_values
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
-DOG = "petstore.Dog:\n  properties:\n    name:\n      type: string\n"
 REQUEST_ID, OUTCOME_ID = 11, 12
 
 
@@ -61,21 +61,6 @@ def avro_config(ws: Workspace, bootstrap: str) -> AppConfig:
     )
 
 
-def raw_values(bootstrap: str, topic: str) -> list[bytes]:
-    """Every message value of the topic's partition 0, as bytes."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "avro-test-raw"})
-    try:
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        values: list[bytes] = []
-        while (msg := consumer.poll(5)) is not None:
-            value = msg.value()
-            if msg.error() is None and value is not None:
-                values.append(value)
-        return values
-    finally:
-        consumer.close()
-
-
 def test_avro_requests_and_outcomes_through_kafka(
     spark: SparkSession, ws: Workspace, kafka_broker: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -96,7 +81,7 @@ def test_avro_requests_and_outcomes_through_kafka(
     requests_file.write_text(request("tx-avro-1", upsert("./data/ingest1")) + "\n")
     assert main(["publish", str(requests_file), "--config", str(config_file)]) == 0
 
-    good = raw_values(bootstrap, cfg.kafka.transactions_topic)[0]
+    [good] = read_values(bootstrap, cfg.kafka.transactions_topic)
     assert struct.unpack(">bI", good[:5]) == (0, REQUEST_ID)
     unknown_id = struct.pack(">bI", 0, 404) + good[5:]
     truncated = good[: len(good) // 2]
@@ -115,7 +100,7 @@ def test_avro_requests_and_outcomes_through_kafka(
         ("dog2", 1, "Lassie"),
     ]
 
-    on_topic = raw_values(bootstrap, cfg.kafka.outcomes_topic)
+    on_topic = read_values(bootstrap, cfg.kafka.outcomes_topic)
     assert [struct.unpack(">bI", v[:5]) for v in on_topic] == [(0, OUTCOME_ID)] * 3
     outcomes = [codec.decode_outcome(v) for v in on_topic]
     topic = cfg.kafka.transactions_topic
@@ -129,9 +114,6 @@ def test_avro_requests_and_outcomes_through_kafka(
         2,
         {"petstore.Dog": 1},
     )
-    assert [o.status for o in read_outcomes(cfg.kafka, idle_timeout=3)] == [
-        o.status for o in outcomes
-    ]
 
     quarantined = (
         spark.read.format("delta")
@@ -150,14 +132,21 @@ def test_avro_requests_and_outcomes_through_kafka(
     version = deltalake.DeltaTable(dogs).version()
     ws.run_once(spark, cfg)
     assert deltalake.DeltaTable(dogs).version() == version
+    again = read_values(bootstrap, cfg.kafka.outcomes_topic)
+    assert again[:3] == on_topic and len(again) == 4  # one event more, in Avro
+    duplicate = codec.decode_outcome(again[3])
+    assert (duplicate.transaction_id, duplicate.status) == ("tx-avro-1", Status.DUPLICATE)
+    # `cdc results` decodes the same four events (confluent-kafka's reader, the Avro codec).
     capsys.readouterr()
     assert main(["results", "--config", str(config_file), "--json"]) == 0
     printed = [Outcome.from_json(line) for line in capsys.readouterr().out.splitlines()]
-    assert [(o.transaction_id, o.status) for o in printed][-1] == ("tx-avro-1", Status.DUPLICATE)
-    assert len(printed) == 4
+    assert [(o.transaction_id, o.status, o.source) for o in printed] == [
+        (o.transaction_id, o.status, o.source) for o in [*outcomes, duplicate]
+    ]
 
 
 USER, SECRET = "cdc-job", "pa55-W0rd-registry"
+WRONG_SECRET = f"not-{SECRET}"
 USER_INFO_ENV = "CDC_KAFKA__AVRO__REGISTRY__BASIC_AUTH_USER_INFO"
 
 
@@ -186,35 +175,45 @@ def test_avro_through_a_registry_that_requires_basic_auth(
     spark: SparkSession,
     ws: Workspace,
     kafka_broker: Any,
-    capsys: pytest.CaptureFixture[str],
+    capfd: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG)  # restored after the test; `cdc -v` logs at DEBUG too
     bootstrap: str = kafka_broker.bootstrap
     ws.dataset("petstore", DOG)
     ws.data("ingest1/petstore/Dog/part.json", {"id": "dog1", "name": "Scooby"})
     ws.data("ingest2/petstore/Dog/part.json", {"id": "dog2", "name": "Lassie"})
     requests_file = ws.root / "requests.jsonl"
     config_file = ws.root / "cdc.yaml"
+    shown: list[str] = []  # everything printed (fd 1 and 2: Spark's JVM too) or raised
+
+    def output() -> tuple[str, str]:
+        """What was printed since the last call (kept, to be searched for the secrets)."""
+        out, err = capfd.readouterr()
+        shown.extend((out, err))
+        return out, err
+
     with fake_registry.serve(fake_registry.Registry(user=USER, password=SECRET)) as registry:
         cfg = registry_config(ws, bootstrap, registry.url, f"{USER}:{SECRET}")
-        wrong = registry_config(ws, bootstrap, registry.url, f"{USER}:not-{SECRET}")
+        wrong = registry_config(ws, bootstrap, registry.url, f"{USER}:{WRONG_SECRET}")
         assert cfg.kafka is not None
+        kafka = cfg.kafka
         write_config_without_secret(cfg, config_file)
+        assert SECRET not in config_file.read_text()
 
         # Right credentials: publish (registers the request schema), run, read the results.
         monkeypatch.setenv(USER_INFO_ENV, f"{USER}:{SECRET}")
         requests_file.write_text(request("tx-registry-1", upsert("./data/ingest1")) + "\n")
-        assert main(["publish", str(requests_file), "--config", str(config_file)]) == 0
+        assert main(["-v", "publish", str(requests_file), "--config", str(config_file)]) == 0
         request_id = registry.subjects["registry.transactions-value"][0]
         job = ws.run_once(spark, cfg)
         outcome_id = registry.subjects["registry.outcomes-value"][0]
-        on_topic = raw_values(bootstrap, cfg.kafka.outcomes_topic)
+        on_topic = read_values(bootstrap, kafka.outcomes_topic)
         assert [struct.unpack(">bI", v[:5]) for v in on_topic] == [(0, outcome_id)]
-        capsys.readouterr()
-        assert main(["results", "--config", str(config_file), "--json"]) == 0
-        printed = [Outcome.from_json(line) for line in capsys.readouterr().out.splitlines()]
+        output()
+        assert main(["-v", "results", "--config", str(config_file), "--json"]) == 0
+        printed = [Outcome.from_json(line) for line in output()[0].splitlines()]
         assert [(o.transaction_id, o.status) for o in printed] == [
             ("tx-registry-1", Status.COMMITTED)
         ]
@@ -222,36 +221,53 @@ def test_avro_through_a_registry_that_requires_basic_auth(
         assert request_id != outcome_id
 
         # Wrong credentials: each command fails clearly; nothing is sent, nothing rejected.
-        monkeypatch.setenv(USER_INFO_ENV, f"{USER}:not-{SECRET}")
+        monkeypatch.setenv(USER_INFO_ENV, f"{USER}:{WRONG_SECRET}")
         requests_file.write_text(request("tx-registry-2", upsert("./data/ingest2")) + "\n")
-        capsys.readouterr()
+        output()
         for command in (["publish", str(requests_file)], ["results", "--json"]):
-            assert main([*command, "--config", str(config_file)]) == 2
-            err = capsys.readouterr().err
+            assert main(["-v", *command, "--config", str(config_file)]) == 2
+            err = output()[1]
             assert "cdc: error [SCHEMA_REGISTRY_ERROR]" in err and "HTTP 401" in err, err
             assert "basic.auth.user.info" in err
-        with pytest.raises(RegistryError, match="HTTP 401"):
+        assert len(read_values(bootstrap, kafka.transactions_topic)) == 1  # nothing published
+        with pytest.raises(RegistryError, match="HTTP 401") as refused:
             Job.create(spark, wrong)  # the outcome schema is resolved at startup
+        shown.append(str(refused.value))
 
         # The credentials stop working after the job started: its batch fails and is replayed
         # (not rejected); with them back, the request is applied once.
         monkeypatch.setenv(USER_INFO_ENV, f"{USER}:{SECRET}")
-        assert main(["publish", str(requests_file), "--config", str(config_file)]) == 0
+        assert main(["-v", "publish", str(requests_file), "--config", str(config_file)]) == 0
+        assert len(read_values(bootstrap, kafka.transactions_topic)) == 2
         stale_job = Job.create(spark, cfg)  # a new process: no schema cached but the outcome's
         registry.password = "rotated"
         with pytest.raises(Exception, match="HTTP 401") as failed:
             stale_job.run(once=True)
-        assert SECRET not in str(failed.value)
+        shown.append(str(failed.value))
         outcomes = read_table(spark, job.layout.outcomes).select("transaction_id").collect()
         assert [r["transaction_id"] for r in outcomes] == ["tx-registry-1"]
+        assert read_values(bootstrap, kafka.outcomes_topic) == on_topic  # no event either
         registry.password = SECRET
         ws.run_once(spark, cfg)
-        outcomes = read_table(spark, job.layout.outcomes).select("transaction_id", "status")
-        assert sorted((r[0], r[1]) for r in outcomes.collect()) == [
-            ("tx-registry-1", "COMMITTED"),
-            ("tx-registry-2", "COMMITTED"),
-        ]
+        once_each = [("tx-registry-1", "COMMITTED"), ("tx-registry-2", "COMMITTED")]
+        table = read_table(spark, job.layout.outcomes).select("transaction_id", "status", "outcome")
+        stored = table.collect()
+        assert sorted((r[0], r[1]) for r in stored) == once_each
+        events = outcome_events(kafka)
+        assert sorted((o.transaction_id, o.status.value) for o in events) == once_each
 
-    shown = capsys.readouterr()
-    for text in (caplog.text, shown.out, shown.err):
-        assert SECRET not in text
+    # No secret (the right one or the wrong one) anywhere: printed, raised, logged, or in an
+    # outcome event (on the topic, raw, and in the outcomes table).
+    output()
+    topic = kafka.outcomes_topic
+    everything = [
+        *shown,
+        caplog.text,
+        *(raw.decode("utf-8", errors="replace") for raw in read_values(bootstrap, topic)),
+        *(r["outcome"] for r in stored),
+    ]
+    assert any("SCHEMA_REGISTRY_ERROR" in text for text in shown)  # the capture works
+    assert "HTTP 401" in caplog.text  # the failed batch was logged, and searched
+    for secret in (SECRET, WRONG_SECRET):
+        leaks = [text for text in everything if secret in text]
+        assert not leaks, f"a secret in: {leaks[0][:2000]}"

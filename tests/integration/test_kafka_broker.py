@@ -5,14 +5,15 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
-from tests.support.kafka_broker import BrokerError, LocalKafkaBroker, free_port
+from tests.support.kafka import read_values
+from tests.support.kafka_broker import BrokerError, LocalKafkaBroker
+from tests.support.ports import HOST, free_port, port_open
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "tests.support.kafka_broker"]
@@ -26,31 +27,8 @@ def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     assert producer.flush(30) == 0
 
 
-def consume(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> list[bytes]:
-    """Up to ``count`` values of partition 0 from offset 0 (no group offsets involved)."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "test", "enable.auto.commit": False}
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(got) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
-                continue
-            value = msg.value()
-            assert value is not None
-            got.append(value)
-    finally:
-        consumer.close()
-    return got
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+def listening(port: int) -> bool:
+    return port_open(HOST, port)
 
 
 def cluster_id(workdir: Path) -> str:
@@ -80,22 +58,28 @@ def test_messages_round_trip_and_survive_a_restart_on_new_ports(tmp_path: Path) 
         broker.create_topics(["events"])
         broker.create_topics(["events"])  # already there: no error
         produce(broker.bootstrap, "events", MESSAGES)
-        assert consume(broker.bootstrap, "events", 3) == MESSAGES
+        assert read_values(broker.bootstrap, "events") == MESSAGES
         formatted_as = cluster_id(workdir)
         # a second broker on the same folder is refused before any JVM starts
         with pytest.raises(BrokerError, match="already runs"):
             LocalKafkaBroker(workdir).start()
     assert not broker.is_running()
-    assert not port_open(broker.port) and not port_open(broker.controller_port)
+    assert not listening(broker.port) and not listening(broker.controller_port)
     assert not (workdir / "broker.pid").exists()
     broker.stop()  # idempotent
 
     again = LocalKafkaBroker(workdir)  # the same data dir on other free ports
     assert again.port != broker.port
-    with again:
-        assert cluster_id(workdir) == formatted_as  # not reformatted
-        assert consume(again.bootstrap, "events", 3) == MESSAGES
-    assert not port_open(again.port)
+    # Someone binds the port it picked before its JVM does (bound, not listening: only the
+    # JVM's own bind finds it taken): it starts again on newly picked ports.
+    with socket.socket() as taken:
+        taken.bind((HOST, again.port))
+        with again:
+            assert again.port != taken.getsockname()[1]
+            assert again.bootstrap == f"{HOST}:{again.port}"
+            assert cluster_id(workdir) == formatted_as  # not reformatted
+            assert read_values(again.bootstrap, "events") == MESSAGES
+    assert not listening(again.port)
     log = (workdir / "broker.log").read_text()
     assert "Kafka Server started" in log  # log4j writes to the file, not the console
 
@@ -151,7 +135,7 @@ def test_cli_starts_a_detached_broker_that_a_later_stop_ends(tmp_path: Path) -> 
         assert bootstrap == f"127.0.0.1:{port}"
         # the CLI process has exited; the broker it started still serves
         produce(bootstrap, "cli-topic", [b"x"])
-        assert consume(bootstrap, "cli-topic", 1) == [b"x"]
+        assert read_values(bootstrap, "cli-topic") == [b"x"]
         # starting again reports the running broker's address, whatever --port says
         other = [*CLI, "start", "--dir", str(workdir), "--port", str(free_port())]
         again = subprocess.run(other, capture_output=True, text=True, cwd=ROOT, timeout=60)
@@ -160,7 +144,7 @@ def test_cli_starts_a_detached_broker_that_a_later_stop_ends(tmp_path: Path) -> 
         stopped = subprocess.run(stop, capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert stopped.returncode == 0, stopped.stderr
     assert "stopped (pid" in stopped.stderr
-    assert not port_open(port)
+    assert not listening(port)
     assert not (workdir / "broker.pid").exists()
     twice = subprocess.run(stop, capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert twice.returncode == 0 and "was not running" in twice.stderr

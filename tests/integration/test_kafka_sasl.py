@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,18 +23,18 @@ from pathlib import Path
 import deltalake
 import pytest
 import yaml
-from confluent_kafka import Consumer, TopicPartition
 
 from streaming.cli.main import main
 from streaming.core.layout import Layout
 from streaming.core.outcomes import Outcome, Status
 from tests.support import request, upsert
+from tests.support.cdc import cdc_env, run_cdc
+from tests.support.datasets import DOG
+from tests.support.kafka import end_offsets, read_values
 from tests.support.kafka_broker import LocalKafkaBroker
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
-ROOT = Path(__file__).resolve().parents[2]
-CDC = [sys.executable, "-m", "streaming.cli.main"]
 USER = "cdc-alice"
 PASSWORD = f"sasl-right-{uuid.uuid4().hex[:12]}"
 WRONG = f"sasl-wrong-{uuid.uuid4().hex[:12]}"
@@ -68,40 +65,12 @@ def secrets_env(*, spark: str, client: str) -> dict[str, str]:
     }
 
 
-def plain_consumer(broker: LocalKafkaBroker) -> Consumer:
-    """A consumer on the PLAINTEXT listener: the test looks at the topics behind the job's back."""
-    return Consumer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "group.id": "sasl-test",
-            "enable.auto.commit": False,
-        }
-    )
-
-
 def end_offset(broker: LocalKafkaBroker, topic: str) -> int:
-    consumer = plain_consumer(broker)
-    try:
-        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
-    finally:
-        consumer.close()
-
-
-def raw_values(broker: LocalKafkaBroker, topic: str) -> list[bytes]:
-    count = end_offset(broker, topic)
-    consumer = plain_consumer(broker)
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    try:
-        while len(got) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None and msg.value() is not None:
-                got.append(msg.value())  # type: ignore[arg-type]
-    finally:
-        consumer.close()
-    assert len(got) == count
-    return got
+    """The end offset of the topic's one partition, over the PLAINTEXT listener: the test looks
+    at the topics behind the job's back."""
+    ends = end_offsets(broker.bootstrap, topic)
+    assert list(ends) == [0]
+    return ends[0]
 
 
 def test_sasl_scram_publish_run_results_refused_with_wrong_credentials_and_no_secret_shown(
@@ -112,10 +81,10 @@ def test_sasl_scram_publish_run_results_refused_with_wrong_credentials_and_no_se
     capfd: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG)  # restored after the test; `cdc -v` logs at DEBUG too
     for key in [k for k in os.environ if k.startswith("CDC_")]:
         monkeypatch.delenv(key)
-    (tmp_path / "petstore.yaml").write_text("petstore.Dog:\n  properties: {name: {type: string}}\n")
+    (tmp_path / "petstore.yaml").write_text(DOG)
     data = tmp_path / "data" / "a" / "petstore" / "Dog" / "part.json"
     data.parent.mkdir(parents=True)
     data.write_text('{"id": "dog1", "name": "Rex"}\n{"id": "dog2", "name": "Fido"}\n')
@@ -147,16 +116,8 @@ def test_sasl_scram_publish_run_results_refused_with_wrong_credentials_and_no_se
 
     def cli(*args: str, spark_pw: str = PASSWORD, client_pw: str = PASSWORD) -> tuple[int, str]:
         """`cdc` as a user runs it, in a process of its own; (exit code, stdout + stderr)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CDC_")}
-        env.update(secrets_env(spark=spark_pw, client=client_pw))
-        done = subprocess.run(
-            [*CDC, *args, "--config", str(config)],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env=env,
-            timeout=120,
-        )
+        env = cdc_env(secrets_env(spark=spark_pw, client=client_pw), drop=["CDC_"])
+        done = run_cdc("-v", *args, "--config", str(config), cwd=tmp_path, env=env, timeout=120)
         shown.append(done.stdout + done.stderr)
         return done.returncode, done.stdout + done.stderr
 
@@ -165,7 +126,7 @@ def test_sasl_scram_publish_run_results_refused_with_wrong_credentials_and_no_se
         for key, value in secrets_env(spark=spark_pw, client=client_pw).items():
             monkeypatch.setenv(key, value)
         capfd.readouterr()
-        code = main(["run", "--once", "--config", str(config)])
+        code = main(["-v", "run", "--once", "--config", str(config)])
         out = capfd.readouterr()
         shown.append(out.out + out.err)
         return code, out.err
@@ -204,10 +165,16 @@ def test_sasl_scram_publish_run_results_refused_with_wrong_credentials_and_no_se
     assert code == 0, said
     rows = deltalake.DeltaTable(dogs).to_pyarrow_table(columns=["id", "name"]).to_pylist()
     assert sorted((r["id"], r["name"]) for r in rows) == [("dog1", "Rex"), ("dog2", "Fido")]
-    events = raw_values(sasl_broker, OUTCOMES)
+    events = read_values(sasl_broker.bootstrap, OUTCOMES)
     outcomes = [Outcome.from_json(v) for v in events]
     assert [(o.transaction_id, o.status) for o in outcomes] == [("tx-sasl-1", Status.COMMITTED)]
     assert outcomes[0].source == f"kafka:{TRANSACTIONS}[0]@0"
+    table = deltalake.DeltaTable(layout.outcomes).to_pyarrow_table(
+        columns=["transaction_id", "status"]
+    )
+    assert [(r["transaction_id"], r["status"]) for r in table.to_pylist()] == [
+        ("tx-sasl-1", "COMMITTED")
+    ]
 
     # 4. cdc results reads it back with the right password only.
     code, said = cli("results", "--json")

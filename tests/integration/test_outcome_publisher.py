@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaException
 
-from connectors.kafka_io import OutcomePublisher, outcome_publisher, read_outcomes
+from connectors.kafka_io import OutcomePublisher, outcome_publisher
 from streaming.core.config import KafkaConfig
 from streaming.core.outcomes import Outcome, Status
-from tests.support.kafka_broker import free_port
+from tests.support.kafka import outcome_events
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.kafka]
 
@@ -34,7 +35,7 @@ def test_one_producer_publishes_batch_after_batch(kafka_broker: Any) -> None:
     assert producer is not None
     publish([outcome("tx-3", 1)])
     assert publish._producer is producer
-    events = [(o.transaction_id, o.batch_id) for o in read_outcomes(cfg, idle_timeout=5)]
+    events = [(o.transaction_id, o.batch_id) for o in outcome_events(cfg)]
     assert events == [("tx-1", 0), ("tx-2", 0), ("tx-3", 1)]
     publish.close()
     assert publish._producer is None

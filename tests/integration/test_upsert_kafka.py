@@ -10,15 +10,15 @@ import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
-from connectors.kafka_io import produce, read_outcomes
+from connectors.kafka_io import produce
 from streaming.cli.main import main
 from streaming.core.config import AppConfig
 from streaming.core.outcomes import Outcome, Status
 from tests.support import Workspace, request, upsert
+from tests.support.datasets import DOG
+from tests.support.kafka import outcome_events
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
-
-DOG = "petstore.Dog:\n  properties:\n    name:\n      type: string\n"
 
 
 def kafka_config(ws: Workspace, bootstrap: str, name: str) -> AppConfig:
@@ -68,19 +68,24 @@ def test_seed_upsert_via_kafka_then_duplicate(
         ("dog2", 1, "Lassie"),
         ("dog3", 1, "Clifford"),
     ]
-    got = {o.transaction_id: o for o in read_outcomes(cfg.kafka, idle_timeout=5)}
-    assert got["tx-0001"].status is Status.COMMITTED
-    assert (got["tx-0001"].actions[0].inserted, got["tx-0001"].actions[0].updated) == (2, 1)
-    assert got["tx-0001"].source.startswith(f"kafka:{topic}[0]@")
+    # One event per transaction, in the order they were read (a second event for one fails).
+    first = outcome_events(cfg.kafka)
+    assert [(o.transaction_id, o.status) for o in first] == [
+        ("tx-0000", Status.COMMITTED),
+        ("tx-0001", Status.COMMITTED),
+    ]
+    assert [o.source for o in first] == [f"kafka:{topic}[0]@0", f"kafka:{topic}[0]@1"]
+    assert (first[1].actions[0].inserted, first[1].actions[0].updated) == (2, 1)
 
     version = deltalake.DeltaTable(dogs).version()
     produce(cfg.kafka, topic, [("petstore", request("tx-0001", upsert("./data/ingest1")).encode())])
     ws.run_once(spark, cfg)
     assert deltalake.DeltaTable(dogs).version() == version
-    statuses = [
-        o.status for o in read_outcomes(cfg.kafka, idle_timeout=5) if o.transaction_id == "tx-0001"
+    assert [(o.transaction_id, o.status) for o in outcome_events(cfg.kafka)] == [
+        ("tx-0000", Status.COMMITTED),
+        ("tx-0001", Status.COMMITTED),
+        ("tx-0001", Status.DUPLICATE),
     ]
-    assert statuses == [Status.COMMITTED, Status.DUPLICATE]
 
     capsys.readouterr()
     assert (

@@ -27,7 +27,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,15 +39,20 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from tests.support.ports import HOST, free_port, port_open
+
 log = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_JARS_DIR = PROJECT_ROOT / "jars" / "kafka"
-HOST = "127.0.0.1"
 MAIN_CLASS = "kafka.Kafka"
 SASL_LISTENER = "SASL_PLAINTEXT"
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 _SCRAM_PASSWORD = re.compile(r"(password=)[^,\]]*")
+PORT_ATTEMPTS = 3
+"""Starts on newly picked ports when a picked one was taken in between (see ``start``)."""
+ADDRESS_IN_USE = "Address already in use"
+_BIND_FAILED = re.compile(r"failed to bind to [^\s:]+:(\d+)")
 
 LOG4J2 = """\
 Configuration:
@@ -70,17 +74,12 @@ class BrokerError(RuntimeError):
     """The broker could not be started (the message carries the tail of its log)."""
 
 
-def free_port(host: str = HOST) -> int:
-    """A TCP port that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+class _PortClash(BrokerError):
+    """A port of the broker was taken (before it started, or when its JVM bound it)."""
 
-
-def _port_open(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
+    def __init__(self, message: str, port: int | None) -> None:
+        super().__init__(message)
+        self.port = port
 
 
 def _cluster_id() -> str:
@@ -125,7 +124,19 @@ class LocalKafkaBroker:
         self.jars_dir = Path(jars_dir or DEFAULT_JARS_DIR).resolve()
         self.scram_users = dict(scram_users or {})
         self.sasl_port = (sasl_port or free_port(host)) if self.scram_users else None
+        # The ports this object picked (not given): only those may move when one was taken
+        # between picking and binding, and only until the broker first served on them.
+        self._picked = {
+            name
+            for name, given in (
+                ("port", port),
+                ("controller_port", controller_port),
+                ("sasl_port", sasl_port),
+            )
+            if not given and getattr(self, name) is not None
+        }
         self._process: subprocess.Popen[bytes] | None = None
+        self._log_marks: dict[Path, int] = {}
 
     @property
     def bootstrap(self) -> str:
@@ -170,7 +181,37 @@ class LocalKafkaBroker:
         """Format the storage if new, launch the broker and wait until it answers.
 
         ``detach`` puts the JVM in its own session so that it outlives this process.
+
+        A port this object picked (``free_port``) is free only until someone else binds it: when
+        one was taken before the broker bound it (found in use, or the JVM's bind failed) the
+        broker is started again on newly picked ports, up to ``PORT_ATTEMPTS`` times in all. A
+        port that was given is never moved (the clash is an error), nor is any port once the
+        broker has served on it: a restart comes back on the address its clients know.
         """
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start(timeout, detach=detach)
+            except _PortClash as clash:
+                if attempt == PORT_ATTEMPTS or not self._repick(clash.port):
+                    raise
+                said = str(clash).splitlines()[0]
+                log.warning("%s: starting the Kafka broker on other ports", said)
+            else:
+                self._picked.clear()  # served on these ports: they are its address now
+                return
+
+    def _repick(self, taken: int | None) -> bool:
+        """New free ports for the ones this object picked; False when the port that was
+        ``taken`` (None: not known which) is not one of them, or none was picked."""
+        if not self._picked:
+            return False
+        if taken is not None and taken not in {getattr(self, name) for name in self._picked}:
+            return False
+        for name in self._picked:
+            setattr(self, name, free_port(self.host))
+        return True
+
+    def _start(self, timeout: float, *, detach: bool) -> None:
         self._check_prerequisites()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._write_config()
@@ -191,6 +232,7 @@ class LocalKafkaBroker:
                 *scram,
             )
         started = time.monotonic()
+        self._log_marks = self._log_sizes()
         with open(self.out_file, "ab") as out:
             self._process = subprocess.Popen(
                 self._java_command(MAIN_CLASS, str(self.config_file)),
@@ -266,8 +308,8 @@ class LocalKafkaBroker:
         if running is not None:
             raise BrokerError(f"a Kafka broker already runs in {self.workdir} (pid {running})")
         for port in (self.port, self.controller_port, self.sasl_port):
-            if port is not None and _port_open(self.host, port):
-                raise BrokerError(f"port {self.host}:{port} is already in use")
+            if port is not None and port_open(self.host, port):
+                raise _PortClash(f"port {self.host}:{port} is already in use", port)
 
     def _write_config(self) -> None:
         host, port, controller = self.host, self.port, self.controller_port
@@ -340,9 +382,16 @@ class LocalKafkaBroker:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             code = self._process.poll()
+            said = self._new_log_text()
+            if ADDRESS_IN_USE in said:  # the JVM's bind failed (it exits, or is about to)
+                bound = _BIND_FAILED.search(said)
+                raise _PortClash(
+                    f"the Kafka broker could not bind its port:\n{self._tail()}",
+                    int(bound.group(1)) if bound else None,
+                )
             if code is not None:
                 raise BrokerError(f"the Kafka broker exited ({code}):\n{self._tail()}")
-            if _port_open(self.host, self.port):
+            if port_open(self.host, self.port):
                 admin = AdminClient({"bootstrap.servers": self.bootstrap})
                 with contextlib.suppress(KafkaException):
                     if admin.list_topics(timeout=5).brokers:
@@ -357,6 +406,19 @@ class LocalKafkaBroker:
                 return False
             time.sleep(0.1)
         return True
+
+    def _log_sizes(self) -> dict[Path, int]:
+        return {f: f.stat().st_size if f.exists() else 0 for f in (self.out_file, self.log_file)}
+
+    def _new_log_text(self) -> str:
+        """What the broker's log files gained since this start launched the JVM."""
+        text = ""
+        for file, size in self._log_marks.items():
+            if file.exists():
+                with file.open("rb") as f:
+                    f.seek(size)
+                    text += f.read().decode(errors="replace")
+        return text
 
     def _tail(self, lines: int = 40) -> str:
         text = ""
