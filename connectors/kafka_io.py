@@ -110,9 +110,11 @@ def outcome_publisher(cfg: KafkaConfig) -> OutcomePublisher:
 def read_outcomes(
     cfg: KafkaConfig, *, follow: bool = False, idle_timeout: float = 5.0
 ) -> Iterator[Outcome]:
-    """Outcome events from the beginning of every partition of the outcomes topic; stops after
-    ``idle_timeout`` seconds without a new event unless ``follow``. Commits no offsets.
-    With ``format: avro`` the events are decoded from the wire format."""
+    """Outcome events from the beginning of every partition of the outcomes topic. Without
+    ``follow`` it reads up to the end offsets the broker gives when it starts (the events there
+    are then), and also stops should ``idle_timeout`` seconds pass without an event before them;
+    with ``follow`` it goes on waiting for new ones. Commits no offsets. With ``format: avro``
+    the events are decoded from the wire format."""
     codec = codec_for(cfg)
     consumer = Consumer(
         cfg.client_options_for(**{"group.id": "cdc-results-reader", "enable.auto.commit": False})
@@ -121,10 +123,16 @@ def read_outcomes(
         topic = consumer.list_topics(cfg.outcomes_topic, timeout=30).topics[cfg.outcomes_topic]
         if topic.error is not None:
             return
+        partitions = [TopicPartition(cfg.outcomes_topic, p) for p in topic.partitions]
+        ends = {
+            tp.partition: consumer.get_watermark_offsets(tp, timeout=30)
+            for tp in ([] if follow else partitions)
+        }
+        unread = {p for p, (low, high) in ends.items() if high > low}
         consumer.assign(
             [TopicPartition(cfg.outcomes_topic, p, OFFSET_BEGINNING) for p in topic.partitions]
         )
-        while True:
+        while follow or unread:
             msg = consumer.poll(idle_timeout)
             if msg is None:
                 if follow:
@@ -135,6 +143,9 @@ def read_outcomes(
                 if error.code() == KafkaError._PARTITION_EOF:
                     continue
                 raise KafkaException(error)
+            partition, offset = msg.partition() or 0, msg.offset() or 0  # set on a message
+            if not follow and offset + 1 >= ends[partition][1]:
+                unread.discard(partition)
             value = msg.value()
             if value is not None:
                 yield decode_outcome(value, codec)
