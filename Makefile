@@ -3,6 +3,7 @@
 #   make test   set up (and fetch the s3a jars, jars/s3), then run the whole test suite (real
 #               Spark, Delta and Kafka, and a local S3 server)
 #   make test-s3  the same setup, then only the S3 warehouse test
+#   make test-property  the property test grouped = sequential, deeper (a release check)
 
 PYTHON  ?= python3.11
 VENV    := .venv
@@ -12,7 +13,8 @@ MVN     := mvn -B -q
 KAFKA_DIR ?= .kafka
 KAFKA_PORT ?= 9092
 
-.PHONY: setup jars jars-s3 demo test test-s3 test-unit lint docs kafka-start kafka-stop clean
+.PHONY: setup jars jars-s3 demo test test-s3 test-property test-unit lint docs kafka-start
+.PHONY: kafka-stop clean
 .PHONY: bench bench-quick
 
 setup: $(STAMP) jars
@@ -72,6 +74,14 @@ test: setup jars-s3
 # (tests/integration/test_s3_warehouse.py). A pytest run without jars/s3 deselects it.
 test-s3: setup jars-s3
 	$(PY) -m pytest -m s3 tests/integration/test_s3_warehouse.py
+
+# grouped = sequential (tests/integration/test_grouped_equals_sequential.py) with PROPERTY_EXAMPLES
+# times the sequences and MERGEs of `make test`, on a new random seed (printed; `make
+# test-property PROPERTY_SEED=<n>` repeats a run). A release check, not part of `make test`.
+PROPERTY_EXAMPLES ?= 5
+test-property: setup
+	PROPERTY_EXAMPLES=$(PROPERTY_EXAMPLES) $(PY) -m pytest -rP \
+		tests/integration/test_grouped_equals_sequential.py
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit tests/bench

@@ -1,34 +1,33 @@
-"""Kill the driver (SIGKILL) at each named crash point of a batch, restart, and check that every
-transaction is applied exactly once and has an outcome (docs/architecture.md, "Crashes";
-streaming/core/faults.py).
+"""Kill the driver (SIGKILL) at each named crash point of a batch, check what it left behind,
+restart, and check that every transaction is applied exactly once and has exactly one outcome
+(docs/architecture.md, "Crashes"; streaming/core/faults.py).
 
-The job runs as users run it — ``cdc run --once`` in a process of its own — over one batch of
-three requests: one writing two tables, one deleting, one malformed."""
+The crash runs as users run the job — ``cdc run --once`` in a process of its own, killed by
+``FAULT_CRASH_AT`` — over one batch of three requests: one writing two tables, one deleting, one
+malformed. The restart runs in this process, on the shared session: the same config, the same
+checkpoint and warehouse on disk, a new job (nothing of the killed process survives but what it
+wrote), so it is the restart a new process would make; a cold restart adds only a JVM start,
+which every crash run here makes anyway (and tests/integration/test_s3_warehouse.py restarts cold
+after a kill)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import deltalake
 import pytest
+from pyspark.sql import SparkSession
 
+from streaming.core.config import load_config
 from streaming.core.faults import CRASH_ENV, POINTS
+from streaming.runtime.job import Job
 from tests.support import Workspace, request
+from tests.support.cdc import cdc_env, run_cdc
+from tests.support.datasets import DOG_CAT
 
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parents[2]
-DATASET = """\
-petstore.Dog:
-  properties: {name: {type: string}}
-petstore.Cat:
-  properties: {name: {type: string}}
-"""
 CONFIG = """\
 warehouse: ./warehouse
 checkpoints: ./checkpoints
@@ -37,36 +36,112 @@ landing: {transactions: ./landing/transactions}
 allowed_locations: [./data]
 spark: {shuffle_partitions: 2}
 """
+TABLES = {
+    "Dog": ("petstore", "petstore", "Dog"),
+    "Dog tombstones": ("petstore", "_tombstones", "petstore", "Dog"),
+    "Dog history": ("petstore", "_history", "petstore", "Dog"),
+    "Cat": ("petstore", "petstore", "Cat"),
+    "Cat tombstones": ("petstore", "_tombstones", "petstore", "Cat"),
+    "Cat history": ("petstore", "_history", "petstore", "Cat"),
+    "ledger": ("_system", "transactions"),
+    "outcomes": ("_system", "outcomes"),
+    "quarantine": ("_system", "quarantine"),
+}
+CURRENT = ("Dog", "Dog tombstones", "Cat", "Cat tombstones")
+"""What applying the batch's segment writes (each object table's current and tombstones)."""
+RECORDED = ("Dog history", "Cat history", "ledger", "quarantine")
+"""What ``Sink._record`` appends side by side once every current table is written."""
+
+DONE: dict[str, list[tuple[Any, ...]]] = {
+    "Dog": [("dog1", 1, "Rex")],
+    "Dog tombstones": [("dog2", 2)],
+    "Dog history": [("dog1", 1, "i", "tx-1"), ("dog2", 1, "i", "tx-1"), ("dog2", 2, "d", "tx-2")],
+    "Cat": [("cat1", 1, "Tom")],
+    "Cat tombstones": [],
+    "Cat history": [("cat1", 1, "i", "tx-1")],
+    "ledger": [("tx-1", 0, "COMMITTED"), ("tx-2", 0, "COMMITTED")],
+    "outcomes": [("tx-1", "COMMITTED", 0), ("tx-2", "COMMITTED", 0), ("tx-3", "REJECTED", 0)],
+    "quarantine": [("tx-3", "INVALID_JSON", 0)],
+}
+"""Every table once batch 0 is done: lists of rows, so a row written twice is seen twice."""
+NOTHING: dict[str, list[tuple[Any, ...]]] = {name: [] for name in TABLES}
 
 
-def run(ws: Workspace, crash_at: str | None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
-    if crash_at:
-        env[CRASH_ENV] = crash_at
-    return subprocess.run(
-        [sys.executable, "-m", "streaming.cli.main", "run", "--once", "--config", "cdc.yaml"],
-        cwd=ws.root,
-        env={**env, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+def rows(ws: Workspace, name: str) -> list[tuple[Any, ...]]:
+    """The table's rows (delta-rs, no Spark) as the tuples ``DONE`` lists, sorted."""
+    found = deltalake.DeltaTable(str(ws.root.joinpath("warehouse", *TABLES[name])))
+    items: list[dict[str, Any]] = found.to_pyarrow_table().to_pylist()
+    if name in ("Dog", "Cat"):
+        out = [(r["id"], r["version"], r["name"]) for r in items]
+    elif name.endswith("tombstones"):
+        out = [(r["id"], r["version"]) for r in items]
+    elif name.endswith("history"):
+        out = [(r["id"], r["version"], r["__op"], r["__transaction_id"]) for r in items]
+    elif name == "ledger":
+        out = [
+            (r["transaction_id"], r["batch_id"], json.loads(r["outcome"])["status"]) for r in items
+        ]
+    elif name == "outcomes":
+        out = [(r["transaction_id"], r["status"], r["batch_id"]) for r in items]
+    else:
+        out = [(r["transaction_id"], r["error_code"], r["batch_id"]) for r in items]
+    return sorted(out)
 
 
-def table(ws: Workspace, *parts: str) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = (
-        deltalake.DeltaTable(str(ws.root.joinpath("warehouse", *parts)))
-        .to_pyarrow_table()
-        .to_pylist()
-    )
-    return rows
+def state(ws: Workspace) -> dict[str, list[tuple[Any, ...]]]:
+    return {name: rows(ws, name) for name in TABLES}
+
+
+def versions(ws: Workspace) -> dict[str, int]:
+    return {
+        name: deltalake.DeltaTable(str(ws.root.joinpath("warehouse", *parts))).version()
+        for name, parts in TABLES.items()
+    }
+
+
+def batch_files(ws: Workspace, kind: str) -> list[str]:
+    """The streaming checkpoint's ``offsets`` or ``commits`` files (the batch ids)."""
+    folder = ws.root / "checkpoints" / "cdc" / kind
+    return sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+
+
+def check_left_behind(point: str, ws: Workspace) -> None:
+    """What the batch wrote before the driver died at ``point`` (faults.py): exactly, where the
+    order of the writes is fixed; where tables are written side by side, what is certain."""
+    left = state(ws)
+    done = {name: left[name] == DONE[name] for name in TABLES}
+    if point == "before_first_commit":  # planned; nothing written
+        assert left == NOTHING
+    elif point == "between_commits":
+        # One table of the wave is applied (its current and tombstones); the other, applied side
+        # by side in a thread of its own, may have made some of its commits or none: each table
+        # holds nothing or all of the batch (a commit is all or nothing). Nothing after the wave.
+        assert (done["Dog"] and done["Dog tombstones"]) or done["Cat"], left
+        assert {name: left[name] for name in CURRENT if not done[name]} == {
+            name: [] for name in CURRENT if not done[name]
+        }
+        assert {name: left[name] for name in TABLES if name not in CURRENT} == {
+            name: [] for name in TABLES if name not in CURRENT
+        }
+    elif point == "after_tables":  # every current table; nothing recorded
+        assert left == {**NOTHING, **{name: DONE[name] for name in CURRENT}}
+    elif point == "after_ledger":  # all but the outcomes
+        assert left == {**DONE, "outcomes": []}
+    else:
+        assert point == "mid_outcomes", point  # all (the outcomes topic: none configured)
+        assert left == DONE
+    # A table holding rows has them from one commit (version 1), one without has none: the
+    # created table (version 0).
+    assert versions(ws) == {name: int(bool(left[name])) for name in TABLES}
+    assert batch_files(ws, "offsets") == ["0"]  # batch 0 planned, never marked done
+    assert batch_files(ws, "commits") == []
 
 
 @pytest.mark.parametrize("point", POINTS)
 def test_killed_at_a_crash_point_then_restarted_applies_everything_once(
-    ws: Workspace, point: str
+    spark: SparkSession, ws: Workspace, point: str
 ) -> None:
-    ws.dataset("petstore", DATASET)
+    ws.dataset("petstore", DOG_CAT)
     (ws.root / "cdc.yaml").write_text(CONFIG)
     ws.data(
         "one/petstore/Dog/part.json", {"id": "dog1", "name": "Rex"}, {"id": "dog2", "name": "Fido"}
@@ -77,30 +152,23 @@ def test_killed_at_a_crash_point_then_restarted_applies_everything_once(
     delete = {"operation": "DELETE", "locationUri": "./data/two", "format": "JSON"}
     ws.requests(request("tx-1", upsert), request("tx-2", delete), '{"transactionId": "tx-3", ')
 
-    crashed = run(ws, point)
+    crashed = run_cdc(
+        "run",
+        "--once",
+        "--config",
+        "cdc.yaml",
+        cwd=ws.root,
+        env=cdc_env({CRASH_ENV: point}, drop=[CRASH_ENV]),
+    )
     assert crashed.returncode == -9, crashed.stderr[-2000:]
-    restarted = run(ws, None)
-    assert restarted.returncode == 0, restarted.stderr[-2000:]
+    assert f"{CRASH_ENV}={point}: killing the driver" in crashed.stderr, crashed.stderr[-2000:]
+    check_left_behind(point, ws)
 
-    dogs = table(ws, "petstore", "petstore", "Dog")
-    assert [(r["id"], r["version"], r["name"]) for r in dogs] == [("dog1", 1, "Rex")]
-    assert [(r["id"], r["version"]) for r in table(ws, "petstore", "petstore", "Cat")] == [
-        ("cat1", 1)
-    ]
-    history = table(ws, "petstore", "_history", "petstore", "Dog")
-    assert sorted((h["id"], h["version"], h["__op"]) for h in history) == [
-        ("dog1", 1, "i"),
-        ("dog2", 1, "i"),
-        ("dog2", 2, "d"),
-    ]
-    assert [
-        (r["id"], r["version"]) for r in table(ws, "petstore", "_tombstones", "petstore", "Dog")
-    ] == [("dog2", 2)]
-    ledger = table(ws, "_system", "transactions")
-    assert sorted(r["transaction_id"] for r in ledger) == ["tx-1", "tx-2"]  # once each
-    assert {json.loads(r["outcome"])["status"] for r in ledger} == {"COMMITTED"}
-    outcomes = table(ws, "_system", "outcomes")
-    status = {o["transaction_id"]: o["status"] for o in outcomes}
-    assert status == {"tx-1": "COMMITTED", "tx-2": "COMMITTED", "tx-3": "REJECTED"}
-    first_run = {o["batch_id"] for o in outcomes}
-    assert first_run == {0}  # the restart replayed batch 0: same batch, same outcomes
+    # The restart: a new job on the same config, checkpoint and warehouse.
+    Job.create(spark, load_config(ws.root / "cdc.yaml")).run(once=True)
+
+    assert state(ws) == DONE  # every row once: nothing lost, nothing written twice
+    assert batch_files(ws, "commits") == ["0"]  # the restart replayed batch 0 and finished it
+    # Each table written by one commit (a replay skips a commit its batch made before the kill),
+    # or none (Cat's tombstones: nothing deleted).
+    assert versions(ws) == {**dict.fromkeys(TABLES, 1), "Cat tombstones": 0}
