@@ -13,13 +13,15 @@ checkpoint, one sink, one writer per table):
 A DMS change file ``<landing.dms>/<dataset>/<schema path>/<file>.parquet`` becomes the request
 ``{"transactionId": "dms:<path in the zone>", "dataset": …, "actions": [{"operation": "UPSERT",
 "format": "DMS", "locationUri": <file>, "target": <schema>}]}``: one transaction per file, so a
-file dropped again under the same name is DUPLICATE.
+file dropped again under the same name is DUPLICATE. Every file a micro-batch lists becomes one
+request, a file of 0 bytes too (``passed_over_dms_files``): its load rejects it (EMPTY_FILE).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from urllib.parse import urlparse
@@ -38,6 +40,8 @@ from pyspark.sql.types import (
 from connectors.kafka_check import kafka_source_options
 from streaming.core.batch import RawRequest, SourcePosition, split_landing_file
 from streaming.core.config import KafkaConfig, LandingConfig
+
+log = logging.getLogger(__name__)
 
 BINARY_FILE_SCHEMA = StructType(
     [
@@ -109,8 +113,7 @@ def dms_files(spark: SparkSession, cfg: LandingConfig, folder: str) -> DataFrame
 
 def dms_request(path: str, zone: str) -> bytes:
     """The transaction request standing for one DMS file (see the module docstring)."""
-    local = urlparse(path).path if path.startswith("file:") else path
-    root = urlparse(zone).path if zone.startswith("file:") else zone
+    local, root = _local(path), _local(zone)
     relative = (
         PurePosixPath(local).relative_to(root) if local.startswith(root) else PurePosixPath(local)
     )
@@ -123,6 +126,79 @@ def dms_request(path: str, zone: str) -> bytes:
     }
     request = {"transactionId": f"dms:{relative}", "dataset": parts[0], "actions": [action]}
     return json.dumps(request).encode("utf-8")
+
+
+def _local(path: str) -> str:
+    return urlparse(path).path if path.startswith("file:") else path
+
+
+def passed_over_dms_files(
+    spark: SparkSession, query: str, batch_id: int, rows: Sequence[Row], zone: str
+) -> list[Row]:
+    """Raw rows (as ``dms_files`` makes them) for the DMS files that micro-batch ``batch_id`` of
+    the query named ``query`` listed but read no row of, with their modification time (None:
+    gone since). Spark's scans pass over files of 0 bytes (``PartitioningAwareFileIndex.
+    listFiles``), yet the file source has recorded them as seen: without a row here such a file
+    would get no outcome, ever, even if a copy that was still being written fills it later.
+    ``rows``: the batch's collected rows."""
+    read = {row["name"] for row in rows if row["kind"] == "dms"}
+    root = _local(zone).rstrip("/") + "/"
+    listed = sorted(
+        path
+        for path in _batch_files(spark, query, batch_id)
+        if path.endswith(".parquet") and _local(path).startswith(root) and path not in read
+    )
+    if not listed:
+        return []
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    found: list[Row] = []
+    for path in listed:
+        hpath = jvm.org.apache.hadoop.fs.Path(path)
+        fs = hpath.getFileSystem(conf)
+        mtime = None
+        if fs.exists(hpath):
+            millis = fs.getFileStatus(hpath).getModificationTime()
+            mtime = datetime.fromtimestamp(millis / 1000, UTC)
+        found.append(Row(kind="dms", name=path, partition=0, offset=0, mtime=mtime, payload=b""))
+    return found
+
+
+def _batch_files(spark: SparkSession, query: str, batch_id: int) -> list[str]:
+    """The files that the running micro-batch ``batch_id`` of the query ``query`` lists from its
+    file sources, as Hadoop writes a path (``file:/a/5 b.parquet``, like the scan's ``path``):
+    the root paths of the file relations of the batch's plan (the query's ``lastExecution``,
+    set before the sink is called). The DataFrame ``foreachBatch`` gets is built over the
+    batch's rows (a ``LogicalRDD``): its ``inputFiles()`` is empty. Spark's internals: if they
+    are not as expected, a warning, and the batch goes on (a file of 0 bytes then gets no
+    outcome, as before; ``tests/integration/test_dms_broken_files.py`` fails)."""
+    active = next((q for q in spark.streams.active if q.name == query), None)
+    if active is None:
+        return []
+    files: list[str] = []
+    try:
+        execution = active._jsq.streamingQuery().lastExecution()
+        if execution is None or execution.currentBatchId() != batch_id:
+            return []
+        leaves = execution.analyzed().collectLeaves()
+        for i in range(leaves.size()):
+            leaf = leaves.apply(i)
+            if leaf.getClass().getSimpleName() != "LogicalRelation":
+                continue
+            relation = leaf.relation()
+            if relation.getClass().getSimpleName() == "HadoopFsRelation":
+                # One string, not a py4j call per file of the batch (landing files included).
+                joined = relation.location().rootPaths().mkString("\n")
+                files.extend(f for f in joined.split("\n") if f)
+    except Exception as e:  # py4j: a method Spark no longer has
+        log.warning(
+            "batch %s: the files it listed are unknown (%s): an empty file gets no outcome",
+            batch_id,
+            str(e).splitlines()[0],
+        )
+        return []
+    return files
 
 
 def _utc(value: datetime | None) -> datetime:

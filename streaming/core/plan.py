@@ -47,10 +47,12 @@ _KIND = {
 
 @dataclass(frozen=True)
 class Location:
-    """A resolved data location: ``path`` as Spark reads it; ``local`` for local files."""
+    """A resolved data location: ``path`` as Spark reads it; ``local`` for local files;
+    ``is_file``: planning found one file there (a DMS file of the landing zone), not a folder."""
 
     path: str
     local: bool
+    is_file: bool = False
 
     def child(self, *parts: str) -> Location:
         return Location("/".join([self.path.rstrip("/"), *parts]), self.local)
@@ -341,7 +343,7 @@ def _file_loads(
                 f"actions[{index}]: locationUri is a file; name its schema in 'target'",
                 code="MISSING_FIELD",
             )
-        found = [(targets[0], location)]
+        found = [(targets[0], Location(location.path, location.local, is_file=True))]
     else:
         found = [(s, location.child(*s.path_parts)) for s in targets]
         found = [(s, loc) for s, loc in found if ctx.exists(loc.path) == "dir"]

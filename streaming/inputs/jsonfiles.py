@@ -310,6 +310,7 @@ def _build_change_columns(schema: SchemaDef) -> tuple[list[Column], list[Column]
         F.struct(*values).alias("data"),
         mistyped(bad).alias("__bad_cols"),
         (F.col("m").isNull() | F.coalesce(F.col("__repeated"), F.lit(False))).alias("__corrupt"),
+        F.lit(None).cast(ArrayType(StringType())).alias("__bad_op"),  # DMS data only
     ]
     return parse, columns
 

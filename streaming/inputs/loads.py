@@ -1,9 +1,11 @@
 """Read the data of planned loads into change rows, and check them before anything is written.
 
-``load_changes`` is lazy: it only reads schemas (JSON inference or Parquet footers). The
-per-row checks (missing ids, duplicate ids, values that do not fit the schema's types, corrupt
-records) for *every* load of the batch run as one Spark job in ``check_loads``, which also fills
-the cache the rest of the wave reads (``load_wave``).
+``load_changes`` is lazy: it only reads schemas (JSON inference or Parquet footers; a single
+Parquet or DMS file is first checked to be framed as Parquet, on the driver: an empty, cut
+short or foreign file is rejected without a Spark task failing on it). The per-row checks
+(missing ids, duplicate ids, values that do not fit the schema's types, corrupt records, DMS
+``Op`` values that are not I, U or D) for *every* load of the batch run as one Spark job in
+``check_loads``, which also fills the cache the rest of the wave reads (``load_wave``).
 """
 
 from __future__ import annotations
@@ -38,9 +40,18 @@ from pyspark.util import inheritable_thread_target
 from streaming.core.catalog import SchemaDef
 from streaming.core.changes import SEQ_SHIFT
 from streaming.core.columns import ColumnFormat, resolve_columns
+from streaming.core.datafiles import (
+    DMS_DELETE,
+    DMS_OP,
+    DMS_OPERATIONS,
+    PARQUET_MAGIC,
+    PARQUET_TAIL,
+    invalid_dms_operation,
+    parquet_frame_error,
+)
 from streaming.core.errors import RejectedError
 from streaming.core.fold import ChangeKind
-from streaming.core.plan import Files, Load, SchemaRows
+from streaming.core.plan import Files, Load, Location, SchemaRows
 from streaming.core.requests import DataFormat, Operation
 from streaming.inputs.jsonfiles import (
     BATCHED_KINDS,
@@ -59,13 +70,17 @@ META_SOURCE_COLUMNS = ("version", "created", "updated", "hash")
 """An object source's meta columns: never copied into a target (seed 000, PATCH)."""
 CORRUPT = "_corrupt_record"
 ROW = "__row"
-DMS_OP = "Op"
 CHANGE_TYPE, VALUE, FLAGS = "$change_type", "$value:", "$flags:"
-_CHECK_COLUMNS = ["__seq", "id", "__bad_cols", "__corrupt"]
+BAD_OP = "__bad_op"
+"""A check column: NULL, or for a DMS row whose ``Op`` is not a DMS operation ``[Op]``."""
+_CHECK_COLUMNS = ["__seq", "id", "__bad_cols", "__corrupt", BAD_OP]
+_ROW_BITS = (1 << SEQ_SHIFT) - 1
 
 
 def _read_files(spark: SparkSession, files: Files) -> DataFrame:
     path = files.location.path
+    if files.location.is_file and _parquet(files):
+        _check_parquet_frame(spark, files.location, f"{files.format} data at {path}")
     if files.format is DataFormat.JSON:
         return spark.read.option("columnNameOfCorruptRecord", CORRUPT).json(path)
     if files.format is DataFormat.PARQUET:
@@ -81,6 +96,46 @@ def _read_files(spark: SparkSession, files: Files) -> DataFrame:
         reader = spark.read.option("columnNameOfCorruptRecord", CORRUPT)
         return reader.parquet(path) if parquet else reader.json(path)
     raise RejectedError(f"format {files.format} is not supported yet", code="UNSUPPORTED_FORMAT")
+
+
+def _parquet(files: Files) -> bool:
+    """Whether the files are read as Parquet."""
+    return files.format in (DataFormat.DMS, DataFormat.PARQUET) or (
+        files.format is DataFormat.EXTENDED and files.location.path.endswith(".parquet")
+    )
+
+
+def _check_parquet_frame(spark: SparkSession, location: Location, where: str) -> None:
+    """Refuse one file that is empty, not Parquet or cut short (``core.datafiles``), on the
+    driver, before Spark reads it: Spark would fail a task of its schema inference (or, for a
+    file of 0 bytes, which its scans pass over, read no row) and log the task's stack trace."""
+    size, head, tail = _frame_bytes(spark, location)
+    error = parquet_frame_error(where, size, head, tail)
+    if error is not None:
+        raise error
+
+
+def _frame_bytes(spark: SparkSession, location: Location) -> tuple[int, bytes, bytes]:
+    """A file's size, first 4 and last 8 bytes: a local file, or through Hadoop's file system
+    (``s3a://``: a status and two ranged reads)."""
+    if location.local:
+        with open(location.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(len(PARQUET_MAGIC))
+            f.seek(max(0, size - PARQUET_TAIL))
+            return size, head, f.read(PARQUET_TAIL)
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    path = jvm.org.apache.hadoop.fs.Path(location.path)
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    size = int(fs.getFileStatus(path).getLen())
+    stream = fs.open(path)
+    try:  # a byte[] comes back to Python as bytes
+        head = bytes(stream.readNBytes(min(len(PARQUET_MAGIC), size)))
+        stream.seek(max(0, size - PARQUET_TAIL))
+        return size, head, bytes(stream.readNBytes(min(PARQUET_TAIL, size)))
+    finally:
+        stream.close()
 
 
 def _one_file(files: Files) -> bool:
@@ -146,10 +201,9 @@ def _kind(load: Load, raw: DataFrame, schema: SchemaDef, sources: dict[str, str]
     kind = F.lit(load.kind.value)
     deleted: Column | None = None
     fmt = load.source.format if isinstance(load.source, Files) else None
-    if fmt is DataFormat.DMS:
-        op = next((c for c in raw.columns if c.lower() == DMS_OP.lower()), None)
-        if op is not None:
-            deleted = F.upper(F.col(f"`{op}`")) == F.lit("D")
+    op = _op_column(load, raw)
+    if op is not None:
+        deleted = F.upper(F.col(f"`{op}`")) == F.lit(DMS_DELETE)
     if fmt is DataFormat.EXTENDED and CHANGE_TYPE in raw.columns:
         deleted = F.col(f"`{CHANGE_TYPE}`").cast("long") == F.lit(1)
     tombstone = schema.tombstone
@@ -167,6 +221,24 @@ def _kind(load: Load, raw: DataFrame, schema: SchemaDef, sources: dict[str, str]
     if deleted is None or load.kind is not ChangeKind.UPSERT:
         return kind
     return F.when(deleted, F.lit(ChangeKind.DELETE.value)).otherwise(kind)
+
+
+def _op_column(load: Load, raw: DataFrame) -> str | None:
+    """A DMS load's ``Op`` column (in any case), if its data has one."""
+    files = load.source
+    if not (isinstance(files, Files) and files.format is DataFormat.DMS):
+        return None
+    return next((c for c in raw.columns if c.lower() == DMS_OP.lower()), None)
+
+
+def _bad_op(load: Load, raw: DataFrame) -> Column:
+    """``BAD_OP``: for a DMS row whose ``Op`` is not I, U or D (any case; NULL neither),
+    ``[Op]``; else NULL."""
+    op = _op_column(load, raw)
+    if op is None:
+        return F.lit(None).cast(ArrayType(StringType()))
+    value = F.col(f"`{op}`").cast("string")
+    return F.when(~F.upper(value).isin(*DMS_OPERATIONS) | value.isNull(), F.array(value))
 
 
 def resolve_sources(load: Load, columns: Sequence[str]) -> tuple[dict[str, str], list[str]]:
@@ -509,6 +581,7 @@ def _changes_of(
         F.struct(*[values[p].alias(p) for p in props]).alias("data"),
         mistyped(bad).alias("__bad_cols"),
         corrupt.alias("__corrupt"),
+        _bad_op(load, raw).alias(BAD_OP),
     )
     return _with_scope_deletes(load, reader, changes, version)
 
@@ -585,6 +658,7 @@ def _with_scope_deletes(
         F.lit(None).cast(props).alias("data"),
         mistyped([]).alias("__bad_cols"),
         F.lit(False).alias("__corrupt"),
+        F.lit(None).cast(ArrayType(StringType())).alias(BAD_OP),
     )
     return changes.unionByName(out)
 
@@ -615,7 +689,8 @@ def check_loads(
         if load.schema.is_object
         and (not _many_changes_per_key(load) or per_table[load.writes] == 1)
     )
-    stats = _check_stats(union, distinct, every=len(distinct) == len(by_ordinal))
+    ops = any(_op_checked(load) for load in by_ordinal.values())
+    stats = _check_stats(union, distinct, every=len(distinct) == len(by_ordinal), ops=ops)
     errors: dict[int, RejectedError] = {}
     mistyped: list[int] = []
     for row in stats:
@@ -628,6 +703,11 @@ def check_loads(
         if row["corrupt"]:
             errors[load.ordinal] = RejectedError(
                 f"{where}: {row['corrupt']} record(s) are not valid", code="CORRUPT_RECORD"
+            )
+        elif row["bad_ops"]:
+            first = row["first_bad_op"]
+            errors[load.ordinal] = invalid_dms_operation(
+                where, (int(first["seq"]) & _ROW_BITS) + 1, first["op"][0], int(row["bad_ops"])
             )
         elif row["no_id"] and keyed:
             errors[load.ordinal] = RejectedError(
@@ -647,25 +727,44 @@ def check_loads(
     return errors
 
 
-def _check_stats(union: DataFrame, distinct: Sequence[int], *, every: bool) -> list[Row]:
+def _check_stats(
+    union: DataFrame, distinct: Sequence[int], *, every: bool, ops: bool = False
+) -> list[Row]:
     """Per load ordinal: corrupt records, rows without id, repeated ids (counted for
     ``distinct``'s loads; 0 for the others, NULL when ``distinct`` is empty), rows with
-    mistyped values, rows. Grouped by (ordinal, id) first, then by ordinal: Spark would plan
+    mistyped values, rows; with ``ops`` (some load is DMS data) the rows whose ``Op`` is not a
+    DMS operation and the first of them (``seq``, ``op``: ``first_bad_op``), else 0 and NULL.
+    Grouped by (ordinal, id) first, then by ordinal: Spark would plan
     ``count - count_distinct`` beside the other sums by expanding every row into two
     (``RewriteDistinctAggregates``). ``every``: ``distinct`` holds every load, so the first
     grouping is by the ``id`` column itself, which rows spread by id (``_spread``) are already
     partitioned by: no shuffle of the ids."""
     ordinal = F.shiftright(F.col("__seq").cast("long"), SEQ_SHIFT)
     counted_id = F.col("id") if every else F.when(_ordinal_in(ordinal, distinct), F.col("id"))
+    bad_op = F.col(BAD_OP).isNotNull()
+    first_op = F.struct(F.col("__seq").alias("seq"), F.col(BAD_OP).alias("op"))
     per_id = union.groupBy(ordinal.alias("ordinal"), counted_id.alias("counted")).agg(
         F.sum(F.col("__corrupt").cast("int")).alias("corrupt"),
         F.sum(F.col("id").isNull().cast("int")).alias("no_id"),
         F.sum(F.col("__bad_cols").isNotNull().cast("int")).alias("bad_rows"),
         F.count(F.lit(1)).alias("rows"),
+        *(
+            [
+                F.sum(bad_op.cast("int")).alias("bad_ops"),
+                F.min(F.when(bad_op, first_op)).alias("first_bad_op"),
+            ]
+            if ops
+            else []
+        ),
     )
     return (
         per_id.groupBy("ordinal")
         .agg(
+            *(
+                [F.sum("bad_ops").alias("bad_ops"), F.min("first_bad_op").alias("first_bad_op")]
+                if ops
+                else [F.lit(0).alias("bad_ops"), F.lit(None).alias("first_bad_op")]
+            ),
             F.sum("corrupt").alias("corrupt"),
             F.sum("no_id").alias("no_id"),
             (
@@ -680,6 +779,11 @@ def _check_stats(union: DataFrame, distinct: Sequence[int], *, every: bool) -> l
         )
         .collect()
     )
+
+
+def _op_checked(load: Load) -> bool:
+    """Whether a load's rows may have an ``Op`` to check (DMS data)."""
+    return isinstance(load.source, Files) and load.source.format is DataFormat.DMS
 
 
 def _where(load: Load) -> str:
@@ -744,4 +848,4 @@ def _in_file_order(load: Load, raw: DataFrame) -> DataFrame:
 
 def changes_only(df: DataFrame) -> DataFrame:
     """Drop the check columns."""
-    return df.drop("__bad_cols", "__corrupt")
+    return df.drop("__bad_cols", "__corrupt", BAD_OP)

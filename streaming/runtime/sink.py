@@ -23,7 +23,7 @@ from typing import Literal
 
 from pyspark.sql import DataFrame, SparkSession
 
-from connectors.sources import to_raw_requests
+from connectors.sources import passed_over_dms_files, to_raw_requests
 from streaming.apply import records
 from streaming.apply.objects import TableResult, append_history, apply_to_object_table
 from streaming.core.batch import (
@@ -101,7 +101,11 @@ class Sink:
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         if self.run_id is None:
             self.run_id = _checkpoint_id(self.spark, self.layout.checkpoint)
-        raws = to_raw_requests(df.collect(), self.dms_zone)
+        rows = df.collect()
+        if self.dms_zone:  # a file of 0 bytes has no row: it gets one, and an outcome
+            query = self.layout.query_name
+            rows += passed_over_dms_files(self.spark, query, batch_id, rows, self.dms_zone)
+        raws = to_raw_requests(rows, self.dms_zone)
         if raws:
             self.process(raws, batch_id)
         self._finished = batch_id
@@ -446,6 +450,15 @@ class Sink:
         by_status: dict[str, int] = defaultdict(int)
         for o in outcomes:
             by_status[o.status.value] += 1
+            if o.status is Status.REJECTED and o.error is not None:  # one line each, no trace
+                log.warning(
+                    "batch %s: %s from %s REJECTED [%s]: %s",
+                    batch_id,
+                    o.transaction_id or "a request",
+                    o.source,
+                    o.error.code,
+                    o.error.message,
+                )
         written = ("inserted", "updated", "deleted")
         rows = sum(
             n for counts, _ in applied.loads.values() for e, n in counts.items() if e in written

@@ -2,93 +2,21 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import deltalake
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming.core.outcomes import Outcome, Status
+from streaming.core.outcomes import Status
 from streaming.inputs import loads as loads_module
 from streaming.storage.maintain import all_tables
-from streaming.storage.tables import read_table
 from tests.support import Workspace
+from tests.support.dms import ORDER, Zone, config, current, dms_workspace, order, outcomes
 
 pytestmark = pytest.mark.spark
-
-SALES = """\
-sales.Order:
-  properties:
-    status: {type: string}
-    amount: {type: integer}
-    ts: {type: integer}
-  watermark: [ts]
-sales.Shipment:
-  properties:
-    state: {type: string}
-    day: {type: integer}
-    seq: {type: integer}
-    gone: {type: string}
-  watermark: [day, seq]
-  tombstone: {column: gone, value: "Y"}
-"""
-ORDER = {"ID": pa.string(), "STATUS": pa.string(), "AMOUNT": pa.int64(), "TS": pa.int64()}
-
-
-class Zone:
-    """The DMS landing zone of a workspace: files get increasing modification times."""
-
-    def __init__(self, ws: Workspace) -> None:
-        self.root = ws.root / "landing" / "dms"
-        self.count = 0
-
-    def drop(
-        self, schema: str, name: str, rows: list[dict[str, Any]], types: dict[str, Any]
-    ) -> Path:
-        folder = self.root / "sales" / Path(*schema.split("."))
-        folder.mkdir(parents=True, exist_ok=True)
-        fields = dict(types)
-        if any("Op" in r for r in rows):
-            fields["Op"] = pa.string()
-        table = pa.table({c: [r.get(c) for r in rows] for c in fields}, schema=pa.schema(fields))
-        path = folder / name
-        pq.write_table(table, path)
-        self.count += 1
-        stamp = 1_700_000_000 + 60 * self.count
-        os.utime(path, (stamp, stamp))
-        return path
-
-
-def order(
-    id_: str, ts: int | None, status: str, op: str | None = None, amount: int = 10
-) -> dict[str, Any]:
-    row = {"ID": id_, "STATUS": status, "AMOUNT": amount, "TS": ts}
-    return {**row, "Op": op} if op else row
-
-
-def current(path: str, *columns: str) -> list[tuple[Any, ...]]:
-    rows = deltalake.DeltaTable(path).to_pyarrow_table(columns=list(columns)).to_pylist()
-    return sorted(tuple(r[c] for c in columns) for r in rows)
-
-
-def outcomes(spark: SparkSession, ws: Workspace) -> list[Outcome]:
-    rows = read_table(spark, str(ws.root / "warehouse" / "_system" / "outcomes")).collect()
-    return sorted(
-        (Outcome.from_json(r["outcome"]) for r in rows), key=lambda o: (o.batch_id, o.source)
-    )
-
-
-def dms_workspace(ws: Workspace) -> Zone:
-    ws.dataset("sales", SALES)
-    return Zone(ws)
-
-
-def config(ws: Workspace) -> Any:
-    return ws.config(landing={"dms": "./landing/dms"})
 
 
 def test_full_load_then_cdc_file_then_the_same_file_again_is_duplicate(
