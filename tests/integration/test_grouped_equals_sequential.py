@@ -1,6 +1,7 @@
 """Grouped = sequential (docs/architecture.md, "Grouped = sequential"), as a property: many
 random transaction sequences applied together in ONE micro-batch by the Spark engine give
-exactly what an independent one-transaction-at-a-time model gives — rows, versions, history, tombstones and outcome counts.
+exactly what an independent one-transaction-at-a-time model gives — rows, versions, history,
+tombstones and outcome counts.
 
 Each sequence works on its own ids (prefixed with its number) and its own group (``grp``), so all
 of them can share one batch and one Spark run, and each is checked on its own. Inside a
