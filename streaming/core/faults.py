@@ -1,7 +1,13 @@
-"""Named crash points for fault-injection tests (issue 5): ``FAULT_CRASH_AT=<point>`` makes the
-driver kill itself with SIGKILL when it reaches that point — no cleanup, no ``finally``, as a
-power cut or an OOM kill would. Unset (always, in production) it does nothing. The variable is
-not a ``CDC_*`` name: those are configuration overrides.
+"""Named fault points for fault-injection tests (issue 5, issue 37). Unset (always, in
+production) the variables do nothing; they are not ``CDC_*`` names: those are configuration
+overrides.
+
+``FAULT_CRASH_AT=<point>`` makes the driver kill itself with SIGKILL when it reaches that point —
+no cleanup, no ``finally``, as a power cut or an OOM kill would.
+
+``FAULT_PAUSE_AT=<point>:<seconds>`` makes the batch sleep there for that many seconds (a
+decimal number), after logging ``FAULT_PAUSE_AT=<point>: pausing <seconds> s`` — a batch that is
+observably in progress, e.g. for a test that stops the job while a batch runs.
 
 Points, in the order a batch reaches them:
   before_first_commit   the batch is validated and planned; no table written yet
@@ -16,8 +22,10 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 
 CRASH_ENV = "FAULT_CRASH_AT"
+PAUSE_ENV = "FAULT_PAUSE_AT"
 POINTS = (
     "before_first_commit",
     "between_commits",
@@ -30,10 +38,19 @@ log = logging.getLogger(__name__)
 
 
 def crash_point(name: str) -> None:
-    """Die here, at once, if ``FAULT_CRASH_AT`` names this point."""
+    """Die here, at once, if ``FAULT_CRASH_AT`` names this point; pause here if
+    ``FAULT_PAUSE_AT`` does."""
     assert name in POINTS, name
     if os.environ.get(CRASH_ENV) == name:
         log.warning("%s=%s: killing the driver (fault injection)", CRASH_ENV, name)
         for handler in logging.getLogger().handlers:
             handler.flush()
         os.kill(os.getpid(), signal.SIGKILL)
+    pause = os.environ.get(PAUSE_ENV)
+    if pause:
+        point, _, seconds = pause.partition(":")
+        if point == name:
+            log.warning("%s=%s: pausing %s s (fault injection)", PAUSE_ENV, name, seconds)
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            time.sleep(float(seconds))
