@@ -33,12 +33,14 @@ def _config(args: argparse.Namespace) -> AppConfig:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from streaming.runtime.job import Job
+    from streaming.runtime.job import Job, end_now
     from streaming.runtime.session import build_session
 
     cfg = _config(args)
     spark = build_session(cfg.spark, verbose=args.verbose)
-    Job.create(spark, cfg).run(once=args.once)
+    stop = Job.create(spark, cfg).run(once=args.once, signals=True)
+    if stop is not None and not stop.clean:  # a batch left to the replay: end as a crash would
+        end_now(spark, 0)
     return 0
 
 

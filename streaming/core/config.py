@@ -375,6 +375,40 @@ class TriggerConfig(_Strict):
         return value
 
 
+DURATION_UNITS = {"second": 1, "seconds": 1, "minute": 60, "minutes": 60}
+
+
+def duration_seconds(text: str) -> int:
+    """Seconds of a duration written ``'<number> <unit>'`` (``30 seconds``, ``1 minute``)."""
+    parts = text.split()
+    if len(parts) != 2 or not parts[0].isdigit() or parts[1] not in DURATION_UNITS:
+        raise ValueError("expected '<number> seconds' or '<number> minutes', e.g. '20 seconds'")
+    return int(parts[0]) * DURATION_UNITS[parts[1]]
+
+
+class ShutdownConfig(_Strict):
+    """How `cdc run` stops on SIGTERM or SIGINT (README "Stopping it")."""
+
+    grace_period: str = Field(
+        "20 seconds",
+        description="How long the running micro-batch may take to finish once the signal came; "
+        "past it (or at a second signal) the batch is left to the replay at the next start and "
+        "the process exits at once, as after a crash. `0 seconds`: never wait. Keep it about "
+        "10 s under the supervisor's kill timeout (Kubernetes' `terminationGracePeriodSeconds`, "
+        "30 s by default; systemd's `TimeoutStopSec`)",
+    )
+
+    @field_validator("grace_period")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        duration_seconds(value)
+        return value
+
+    @property
+    def grace_seconds(self) -> int:
+        return duration_seconds(self.grace_period)
+
+
 class SparkConfig(_Strict):
     """The Spark session of the job and of the commands that read tables."""
 
@@ -426,6 +460,7 @@ class AppConfig(_Strict):
     )
     trigger: TriggerConfig = Field(default_factory=TriggerConfig)
     tables: TablesConfig = Field(default_factory=TablesConfig)
+    shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     query_name: str = Field(

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
@@ -21,11 +26,28 @@ from streaming.core.errors import ConfigError
 from streaming.core.layout import Layout
 from streaming.runtime.observe import ProgressListener
 from streaming.runtime.sink import Sink
+from streaming.runtime.stopping import (
+    POLL_SECONDS,
+    BatchGate,
+    Ending,
+    QuietStop,
+    Shutdown,
+    Stop,
+    StopRequested,
+)
 from streaming.storage.evolution import evolve
 from streaming.storage.schemas import LEDGER_SCHEMA, OUTCOMES_SCHEMA, QUARANTINE_SCHEMA
 from streaming.storage.tables import add_missing_columns, ensure_table
 
 log = logging.getLogger(__name__)
+
+PY4J_LOG = logging.getLogger("py4j.clientserver")
+QUIET_STOP = QuietStop()
+"""Hides py4j's report of a batch refused by a stopping job (``stopping.QuietStop``) while a
+query of a job runs."""
+
+STOP_SECONDS = 10
+"""How long ``query.stop()`` may take, between batches, before the job gives up on it."""
 
 
 def load_datasets(cfg: AppConfig) -> dict[str, Dataset]:
@@ -127,6 +149,7 @@ class Job:
         """Start the query; ``run`` waits for it, else end it with ``stop`` (which detaches the
         progress listener: a listener left behind would log the next query of the same name)."""
         self.spark.streams.addListener(self.listener)
+        PY4J_LOG.addFilter(QUIET_STOP)
         writer = (
             request_stream(self.spark, self.cfg)
             .writeStream.queryName(self.cfg.query_name)
@@ -142,16 +165,97 @@ class Job:
         log.info("query %s started (%s)", self.cfg.query_name, "once" if once else "continuous")
         return query
 
-    def run(self, *, once: bool) -> None:
-        """Run until stopped (or, with ``once``, until everything present is processed)."""
+    def run(self, *, once: bool, signals: bool = False) -> Stop | None:
+        """Run until stopped (or, with ``once``, until everything present is processed).
+
+        With ``signals`` (``cdc run``; the main thread only), SIGTERM or SIGINT stops the job
+        cleanly (``runtime.stopping``): the running batch may finish within
+        ``shutdown.grace_period``, then the query stops between batches, the outcome producer is
+        let go, and ``run`` returns how it stopped (also logged, one line). A ``Stop`` that is
+        not ``clean`` leaves a batch running: the caller must end the process at once
+        (``end_now``). None: the query ended by itself (``once``)."""
+        shutdown = Shutdown(self.cfg.shutdown.grace_seconds)
+        self.sink.gate = BatchGate()  # open, also after an earlier run that was stopped
         query = self.start(once=once)
+        stop: Stop | None = None
         try:
-            query.awaitTermination()
+            with shutdown.handling() if signals else contextlib.nullcontext(shutdown):
+                while not query.awaitTermination(POLL_SECONDS):  # type: ignore[arg-type]
+                    if shutdown.requested:
+                        stop = self._stop_on_signal(query, shutdown)
+                        break
+                else:
+                    if shutdown.requested:  # a signal came as the query ended by itself
+                        stop = Stop(
+                            str(shutdown.signal),
+                            self.sink.gate.running,
+                            Ending.FINISHED,
+                            time.monotonic() - shutdown.at,
+                            shutdown.grace,
+                        )
         finally:
             self._stop_listening(query)
+        if stop is not None:
+            log.info("%s", stop.describe())
+            if not stop.clean:
+                return stop
         error = query.exception()
-        if error is not None:
+        if error is not None and not (stop is not None and StopRequested.__name__ in str(error)):
             raise RuntimeError(f"streaming query failed: {error}")
+        return stop
+
+    def _stop_on_signal(self, query: StreamingQuery, shutdown: Shutdown) -> Stop:
+        """Close the sink's gate (no batch starts any more), wait for the running batch to
+        finish and be committed by Spark — until the grace period ends or a second signal
+        comes —, then, if no batch runs, stop the query."""
+        gate = self.sink.gate
+        batch = gate.running
+        if batch is not None:
+            log.info(
+                "%s: waiting up to %s s for batch %s to finish (a second signal stops at once)",
+                shutdown.signal,
+                shutdown.grace,
+                batch,
+            )
+        left = gate.close(shutdown.deadline, lambda: shutdown.hurried)
+
+        def stop(ending: Ending, batch: int | None) -> Stop:
+            seconds = time.monotonic() - shutdown.at
+            return Stop(str(shutdown.signal), batch, ending, seconds, shutdown.grace)
+
+        if left is None and not self._committed(query, gate.done, shutdown):
+            left = gate.done
+        if left is not None:
+            return stop(Ending.SECOND_SIGNAL if shutdown.hurried else Ending.GRACE, left)
+        # No batch runs and none can start: stop() interrupts the stream between batches. It
+        # runs in a thread of its own, so a stop that hangs cannot hold the process.
+        stopper = threading.Thread(target=query.stop, name="cdc-stop", daemon=True)
+        stopper.start()
+        until = time.monotonic() + STOP_SECONDS
+        while stopper.is_alive() and time.monotonic() < until and not shutdown.hurried:
+            stopper.join(POLL_SECONDS)
+        if stopper.is_alive():  # between batches: a replay replays none of ours
+            return stop(Ending.SECOND_SIGNAL if shutdown.hurried else Ending.STUCK, None)
+        return stop(Ending.FINISHED, batch)
+
+    @staticmethod
+    def _committed(query: StreamingQuery, batch: int | None, shutdown: Shutdown) -> bool:
+        """Wait until Spark has written ``batch``, which the sink ran to its end, to its commit
+        log (it does so after the foreachBatch function returns, and reports the batch's
+        progress after that); False at the end of the grace period or at a second signal.
+        A stop before would have Spark run the batch again at the next start."""
+
+        def written() -> bool:
+            progress = query.lastProgress
+            return batch is None or (progress is not None and int(progress["batchId"]) >= batch)
+
+        while not written():
+            if not query.isActive:  # failed meanwhile: ``run`` reports it
+                return True
+            if shutdown.hurried or time.monotonic() >= shutdown.deadline:
+                return False
+            time.sleep(POLL_SECONDS)
+        return True
 
     def stop(self, query: StreamingQuery) -> None:
         """Stop a query ``start`` returned, and detach its progress listener."""
@@ -166,5 +270,26 @@ class Job:
         if not query.isActive:
             self.listener.terminated.wait(timeout=10)
         self.spark.streams.removeListener(self.listener)
+        PY4J_LOG.removeFilter(QUIET_STOP)
         if isinstance(self.sink.publish, OutcomePublisher):
             self.sink.publish.close()
+
+
+def end_now(spark: SparkSession, code: int = 0) -> NoReturn:
+    """End the process at once, as a crash would: a stop (``Job.run``) left a batch running, and
+    the replay at the next start finishes it. The driver JVM this process started is killed
+    first (left alone it would notice its parent gone, fail the query and log it as an error);
+    under spark-submit, where the JVM is the parent, only this process ends."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    # The batch's threads and PySpark's (its accumulator server) fail when the JVM goes, and
+    # say so on stderr: not errors to report. The stop's line is out; nothing else is.
+    logging.disable(logging.CRITICAL)
+    sys.stderr.flush()
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
+    proc = getattr(spark.sparkContext._gateway, "proc", None)
+    if proc is not None:
+        proc.kill()
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=10)
+    os._exit(code)

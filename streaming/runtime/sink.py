@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Literal
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
 from connectors.sources import passed_over_dms_files, to_raw_requests
@@ -50,6 +51,7 @@ from streaming.inputs.loads import Loaded, changes_only, load_wave
 from streaming.inputs.reader import Reader
 from streaming.runtime.metering import Cost, Meter
 from streaming.runtime.parallel import Sessions
+from streaming.runtime.stopping import BatchGate, StopRequested
 from streaming.storage import ledger, system
 from streaming.storage.commits import BatchCommit
 from streaming.storage.timeline import Timeline
@@ -84,6 +86,8 @@ class Sink:
     writers: int = 4
     """Tables written side by side (``streaming.runtime.parallel``)."""
     sessions: Sessions = field(init=False)
+    gate: BatchGate = field(default_factory=BatchGate, init=False)
+    """Whether a batch runs now; closed by a stopping job (``runtime.stopping``)."""
     deleted: DeletedKeys = field(default_factory=DeletedKeys, init=False)
     """Small tombstones tables held on the driver between batches (``storage.tombstones``)."""
     committed_ids: ledger.HeldIds = field(default_factory=ledger.HeldIds, init=False)
@@ -99,16 +103,31 @@ class Sink:
 
     # -- the foreachBatch entry point ------------------------------------------------------
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        if self.run_id is None:
-            self.run_id = _checkpoint_id(self.spark, self.layout.checkpoint)
-        rows = df.collect()
-        if self.dms_zone:  # a file of 0 bytes has no row: it gets one, and an outcome
-            query = self.layout.query_name
-            rows += passed_over_dms_files(self.spark, query, batch_id, rows, self.dms_zone)
-        raws = to_raw_requests(rows, self.dms_zone)
-        if raws:
-            self.process(raws, batch_id)
-        self._finished = batch_id
+        try:
+            self.gate.enter(batch_id)
+        except StopRequested as refused:
+            log.info(
+                "batch %s not started: the job is stopping (replayed at the next start)", batch_id
+            )
+            interrupted = _stop_interrupt(self.spark)
+            if interrupted is not None:
+                refused.args = (f"{refused.args[0]}; interrupted by the stop: {interrupted}",)
+            raise refused from None
+        done = False
+        try:
+            if self.run_id is None:
+                self.run_id = _checkpoint_id(self.spark, self.layout.checkpoint)
+            rows = df.collect()
+            if self.dms_zone:  # a file of 0 bytes has no row: it gets one, and an outcome
+                query = self.layout.query_name
+                rows += passed_over_dms_files(self.spark, query, batch_id, rows, self.dms_zone)
+            raws = to_raw_requests(rows, self.dms_zone)
+            if raws:
+                self.process(raws, batch_id)
+            self._finished = batch_id
+            done = True
+        finally:
+            self.gate.leave(done=done)
 
     def process(self, raws: Sequence[RawRequest], batch_id: int) -> list[Outcome]:
         started = time.monotonic()
@@ -595,6 +614,33 @@ def _duplicate(verdict: Repeated, first: Mapping[str, Outcome], commit: BatchCom
     outcome.source = str(verdict.raw.position)
     outcome.received_at = verdict.raw.received_at
     return outcome
+
+
+STOP_WAIT_MS = 60_000
+"""How long a batch refused at the gate waits for ``query.stop()`` to interrupt it."""
+
+
+def _stop_interrupt(spark: SparkSession) -> str | None:
+    """Wait, in the JVM, on this thread — the stream's own, for a foreachBatch function (PySpark's
+    pinned thread mode) — until the stopping job's ``query.stop()`` interrupts it; the
+    interruption as a traceback names it: ``py4j.protocol.Py4JJavaError: An error occurred while
+    calling z:java.lang.Thread.sleep.`` and ``: java.lang.InterruptedException: …``. None if no
+    interruption came within ``STOP_WAIT_MS``.
+
+    The refusal carries that text: Spark takes an error of a Python foreachBatch function whose
+    text holds it for the interruption of a stop (``StreamExecution.isInterruptionException``,
+    SPARK-39218): the query ends stopped, not failed, and logs no error. Only that line, not the
+    Py4JJavaError itself with its Java stack trace: Spark matches the text with a regular
+    expression that recurses once per character, and a whole stack trace overflows the stream
+    thread's stack (``StackOverflowError``, printed by the JVM)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    try:
+        jvm.java.lang.Thread.sleep(STOP_WAIT_MS)
+    except Py4JJavaError as e:
+        kind = type(e)
+        return f"{kind.__module__}.{kind.__qualname__}: {e.errmsg.rstrip()}\n: {e.java_exception}"
+    return None
 
 
 def _checkpoint_id(spark: SparkSession, checkpoint: str) -> str:

@@ -1,0 +1,235 @@
+"""Clean stops (issue 37, streaming/runtime/stopping.py): SIGTERM or SIGINT sent to a running
+``cdc run`` — the Python process only, as Kubernetes (PID 1) and systemd (``KillMode=mixed``)
+send it — lets the running batch finish within ``shutdown.grace_period`` and exits 0, or leaves
+the batch to the replay and still exits 0 at once; either way every transaction is committed
+exactly once, counted in rows of the outcomes table and of the ledger.
+
+A batch is observably in progress through the fault point ``FAULT_PAUSE_AT=after_tables:<s>``
+(streaming/core/faults.py): the current tables are written, the ledger and outcomes not yet."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import deltalake
+import pytest
+from pyspark.sql import SparkSession
+
+from streaming.core.config import AppConfig
+from streaming.core.faults import CRASH_ENV, PAUSE_ENV
+from streaming.runtime.job import Job
+from streaming.runtime.stopping import StopRequested
+from tests.support import Workspace, request, upsert
+from tests.support.cdc import cdc_env, kill_group, start_cdc, wait_until
+from tests.support.datasets import DOG
+
+pytestmark = pytest.mark.spark
+
+PAUSING = f"{PAUSE_ENV}=after_tables: pausing"
+MARGIN = 30.0
+"""Seconds a stop may take beyond what it waits for (the query's stop, closing, exiting) on a
+loaded test machine."""
+
+
+def prepare(ws: Workspace, grace: int) -> AppConfig:
+    """One dataset, one transaction landed, the config in ``cdc.json`` (not ``*.yaml``: the
+    workspace takes those for datasets): a 1 s trigger and the grace period."""
+    ws.dataset("petstore", DOG)
+    ws.data("one/petstore/Dog/part.json", {"id": "dog1", "name": "Rex"})
+    ws.requests(request("tx-1", upsert("./data/one")))
+    cfg = ws.config(trigger={"interval": "1 second"}, shutdown={"grace_period": f"{grace} seconds"})
+    (ws.root / "cdc.json").write_text(cfg.model_dump_json())
+    return cfg
+
+
+def start(ws: Workspace, pause: float) -> tuple[subprocess.Popen[bytes], Path]:
+    """``cdc run`` (continuous), its first batch paused ``pause`` s after writing its tables;
+    returns once that batch is paused."""
+    log = ws.root / "cdc.log"
+    env = cdc_env({PAUSE_ENV: f"after_tables:{pause}"}, drop=(CRASH_ENV, "CDC_"))
+    process = start_cdc("run", "--config", "cdc.json", cwd=ws.root, log=log, env=env)
+    wait_until("batch 0 in progress", lambda: PAUSING in log.read_text(), process, log)
+    return process, log
+
+
+def ended(process: subprocess.Popen[bytes], sent: float) -> tuple[int, float]:
+    """The exit code of ``cdc run`` and the seconds from ``sent`` to its exit; then waits for
+    its JVM to be gone too (it ends after the Python process), so that nothing else writes the
+    tables or the log."""
+    code = process.wait(timeout=600)
+    seconds = time.monotonic() - sent
+    wait_until("the driver JVM to end", lambda: not group_alive(process.pid), timeout=120)
+    return code, seconds
+
+
+def group_alive(pgid: int) -> bool:
+    """A live process (not a zombie) in process group ``pgid``."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def rows(ws: Workspace, *parts: str) -> list[dict[str, Any]]:
+    table: list[dict[str, Any]] = (
+        deltalake.DeltaTable(str(ws.root.joinpath("warehouse", *parts)))
+        .to_pyarrow_table()
+        .to_pylist()
+    )
+    return table
+
+
+def outcome_rows(ws: Workspace) -> list[tuple[str, str, int]]:
+    return sorted(
+        (r["transaction_id"], r["status"], r["batch_id"]) for r in rows(ws, "_system", "outcomes")
+    )
+
+
+def ledger_rows(ws: Workspace) -> list[tuple[str, int]]:
+    return sorted((r["transaction_id"], r["batch_id"]) for r in rows(ws, "_system", "transactions"))
+
+
+def dog_rows(ws: Workspace) -> list[tuple[str, int, str]]:
+    return sorted(
+        (r["id"], r["version"], r["name"]) for r in rows(ws, "petstore", "petstore", "Dog")
+    )
+
+
+def history_rows(ws: Workspace) -> list[tuple[str, int, str]]:
+    history = rows(ws, "petstore", "_history", "petstore", "Dog")
+    return sorted((r["id"], r["version"], r["__op"]) for r in history)
+
+
+def restart(spark: SparkSession, cfg: AppConfig) -> list[int]:
+    """``cdc run --once`` in this process; the ids of the batches it processed."""
+    job = Job.create(spark, cfg)
+    assert job.run(once=True) is None
+    return [int(str(entry["batchId"])) for entry in job.sink.history]
+
+
+def clean(log: str) -> None:
+    """No Python traceback, no error line (ours or Spark's) in the job's output."""
+    assert "Traceback" not in log, log[-4000:]
+    assert not re.search(r"\bERROR\b", log), log[-4000:]
+
+
+def test_sigterm_lets_the_running_batch_finish_and_exits_0(
+    spark: SparkSession, ws: Workspace
+) -> None:
+    pause = 8.0
+    cfg = prepare(ws, grace=300)
+    process, log = start(ws, pause)
+    try:
+        sent = time.monotonic()
+        os.kill(process.pid, signal.SIGTERM)  # the Python process only
+        code, seconds = ended(process, sent)
+    finally:
+        kill_group(process)
+    output = log.read_text()
+    assert code == 0, output[-4000:]
+    assert seconds < pause + MARGIN, seconds  # the batch's pause, not the 300 s grace period
+    assert "SIGTERM: waiting up to 300 s for batch 0 to finish" in output, output[-4000:]
+    stops = re.findall(r"stopping on SIGTERM: .*", output)
+    assert len(stops) == 1, output[-4000:]
+    assert re.fullmatch(r"stopping on SIGTERM: batch 0 finished, [0-9.]+ s", stops[0]), stops
+    assert "batch 0: 1 transactions (COMMITTED 1)" in output
+    clean(output)
+    # The batch finished before the process ended: committed once, nothing left to replay.
+    assert outcome_rows(ws) == [("tx-1", "COMMITTED", 0)]
+    assert ledger_rows(ws) == [("tx-1", 0)]
+    assert dog_rows(ws) == [("dog1", 1, "Rex")]
+    assert restart(spark, cfg) == []  # Spark's checkpoint has batch 0 done
+    assert outcome_rows(ws) == [("tx-1", "COMMITTED", 0)]
+    assert ledger_rows(ws) == [("tx-1", 0)]
+    assert history_rows(ws) == [("dog1", 1, "i")]
+
+
+@pytest.mark.parametrize("how", ["grace period", "second signal"])
+def test_a_batch_that_cannot_finish_is_left_to_the_replay_and_the_job_still_exits_0(
+    spark: SparkSession, ws: Workspace, how: str
+) -> None:
+    pause = 120.0
+    grace = 3 if how == "grace period" else 300
+    cfg = prepare(ws, grace=grace)
+    process, log = start(ws, pause)
+    try:
+        sent = time.monotonic()
+        os.kill(process.pid, signal.SIGTERM)
+        if how == "second signal":
+            wait_until(
+                "the stop to wait for batch 0",
+                lambda: "SIGTERM: waiting up to" in log.read_text(),
+                process,
+                log,
+                timeout=60,
+            )
+            os.kill(process.pid, signal.SIGINT)  # Ctrl-C: the JVM ignores it anyway
+        code, seconds = ended(process, sent)
+    finally:
+        kill_group(process)
+    output = log.read_text()
+    assert code == 0, output[-4000:]
+    waited = grace if how == "grace period" else 0
+    assert seconds < waited + MARGIN < pause, seconds  # it did not wait for the batch
+    ending = (
+        "batch 0 left to the replay after the 3 s grace period"
+        if how == "grace period"
+        else r"batch 0 left to the replay on a second signal, [0-9.]+ s"
+    )
+    stops = re.findall(r"stopping on SIGTERM: .*", output)
+    assert len(stops) == 1, output[-4000:]
+    assert re.fullmatch(f"stopping on SIGTERM: {ending}", stops[0]), stops
+    clean(output)
+    # Cut after its tables, before its ledger: nothing recorded; the replay commits it once.
+    assert dog_rows(ws) == [("dog1", 1, "Rex")]
+    assert outcome_rows(ws) == []
+    assert ledger_rows(ws) == []
+    assert restart(spark, cfg) == [0]
+    assert outcome_rows(ws) == [("tx-1", "COMMITTED", 0)]
+    assert ledger_rows(ws) == [("tx-1", 0)]
+    assert dog_rows(ws) == [("dog1", 1, "Rex")]
+    assert history_rows(ws) == [("dog1", 1, "i")]
+
+
+def test_a_batch_begun_after_the_stop_was_decided_is_refused_and_spark_stops_cleanly(
+    spark: SparkSession, ws: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The race a stop closes: Spark starts a batch between the sink's last batch and
+    ``query.stop()``. The sink refuses it before reading anything, once ``stop()`` has
+    interrupted the stream — which Spark then takes for the interruption it asked for."""
+    caplog.set_level(logging.INFO, logger="streaming.runtime.sink")
+    cfg = prepare(ws, grace=300)
+    job = Job.create(spark, cfg)
+    assert job.sink.gate.close(time.monotonic(), lambda: True) is None  # a stop was decided
+    query = job.start(once=False)
+    try:
+        wait_until("batch 0 refused", lambda: job.sink.gate.refused == 0, timeout=300)
+    finally:
+        job.stop(query)
+    assert query.exception() is None  # stopped, not failed
+    assert not query.isActive
+    # Spark's own word that it took the refusal for the stop's interruption: its message is
+    # "Stopped" only then (a failure leaves "Terminated with exception: …", a refusal whose text
+    # overflows Spark's regular expression the message of the batch it was in).
+    assert query.status["message"] == "Stopped", query.status
+    # py4j reports an exception of a Python callback with its traceback; not this one.
+    refusals = [r for r in caplog.records if r.exc_info and r.exc_info[0] is StopRequested]
+    assert refusals == []
+    assert "batch 0 not started: the job is stopping" in caplog.text
+    assert outcome_rows(ws) == []
+    assert ledger_rows(ws) == []
+    assert restart(spark, cfg) == [0]  # Spark replays the refused batch
+    assert outcome_rows(ws) == [("tx-1", "COMMITTED", 0)]
+    assert ledger_rows(ws) == [("tx-1", 0)]
+    assert dog_rows(ws) == [("dog1", 1, "Rex")]
