@@ -3,26 +3,28 @@ requests load all on ``s3a://``, served by a local S3-compatible server (moto's,
 own on 127.0.0.1) — docs/deploy.md §6 as tested.
 
 The s3a file system (hadoop-aws 3.5.0 and the AWS SDK v2 bundle, ``jars/s3``) must be on the
-classpath when the JVM starts, so every Spark step runs as users run it: the ``cdc`` command in a
-process of its own, with the s3a settings of deploy.md §6 in its config. delta-rs, an independent
-reader, checks the tables straight from the S3 server, and the objects are listed with boto3.
+classpath when the JVM starts, which the tests' shared session is not: every Spark step runs as
+users run it, the ``cdc`` command in a process of its own, with the s3a settings of deploy.md §6
+in its config — three processes: a batch killed at a named crash point (``cdc run --once``), the
+continuous job that finishes it and is killed in the next batch, and one that restarts the job
+(``cdc run --once``) and then, on the same JVM, runs ``cdc show`` and ``cdc maintain``. delta-rs,
+an independent reader, checks the tables straight from the S3 server after each, and the objects
+are listed with boto3.
 
 Needs ``jars/s3`` (``make jars-s3``; ``make test`` fetches them, ``make test-s3`` too and runs
 this file only). A pytest run without them deselects these tests (tests/conftest.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,8 @@ import pytest
 
 from streaming.core.faults import CRASH_ENV
 from tests.support import request
+from tests.support.cdc import cdc_env, kill_group, run_cdc, run_cdc_steps, start_cdc, wait_until
+from tests.support.ports import HOST, free_port, retry_on_port_clash
 
 pytestmark = pytest.mark.s3
 
@@ -42,7 +46,7 @@ S3_JARS = ROOT / "jars" / "s3"
 BUCKET = "cdc-warehouse"
 REGION = "us-east-1"
 KEYS = {"AWS_ACCESS_KEY_ID": "cdc-test-key", "AWS_SECRET_ACCESS_KEY": "cdc-test-secret"}
-JOB_TIMEOUT = 600
+CONFIG = ["--config", "cdc.yaml"]
 
 DATASET = """\
 petstore.Dog:
@@ -50,43 +54,58 @@ petstore.Dog:
 petstore.Cat:
   properties: {name: {type: string}}
 """
+DMS_LOAD = "dms:petstore/petstore/Cat/LOAD00000001.parquet"
+DMS_CDC = "dms:petstore/petstore/Cat/20261124-0001.parquet"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _answers(endpoint: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    server.terminate()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
 def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A local S3-compatible server (``python -m moto.server``) with an empty bucket."""
+    """A local S3-compatible server (``python -m moto.server``) with an empty bucket, on a free
+    port (another, should someone take the port before the server binds it)."""
     if not any(S3_JARS.glob("hadoop-aws-*.jar")) or not any(S3_JARS.glob("bundle-*.jar")):
         pytest.fail("jars/s3 has no hadoop-aws / AWS SDK bundle: run `make jars-s3`")
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("s3server") / "moto.log"
-    with log.open("wb") as out:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    folder = tmp_path_factory.mktemp("s3server")
+
+    def start() -> tuple[subprocess.Popen[bytes], str]:
+        port = free_port()
+        endpoint = f"http://{HOST}:{port}"
+        log = folder / f"moto-{port}.log"
+        with log.open("wb") as out:
+            server = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            wait_until(f"the S3 server on {endpoint}", lambda: _answers(endpoint), server, log, 60)
+        except BaseException:
+            _stop(server)
+            raise
+        return server, endpoint
+
+    server, endpoint = retry_on_port_clash(start)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
-                    break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the S3 server did not start: {log.read_text()}") from None
-                time.sleep(0.2)
         client(endpoint).create_bucket(Bucket=BUCKET)
         yield endpoint
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        _stop(server)
 
 
 def client(endpoint: str) -> Any:
@@ -106,27 +125,39 @@ class Bucket:
         self.endpoint = endpoint
         self.s3 = client(endpoint)
         self.prefix = prefix
-        self.puts = 0
 
     def uri(self, key: str) -> str:
         return f"s3a://{BUCKET}/{self.prefix}/{key}"
 
-    def put(self, key: str, body: bytes) -> None:
+    def put(self, key: str, body: bytes) -> datetime:
+        """Put an object; its modification time on the server (whole seconds, as S3 keeps)."""
         self.s3.put_object(Bucket=BUCKET, Key=f"{self.prefix}/{key}", Body=body)
-        self.puts += 1
+        modified: datetime = self.s3.head_object(Bucket=BUCKET, Key=f"{self.prefix}/{key}")[
+            "LastModified"
+        ]
+        return modified
 
     def json_rows(self, key: str, *rows: dict[str, Any]) -> None:
         self.put(key, "".join(json.dumps(r) + "\n" for r in rows).encode())
 
     def requests(self, name: str, *lines: str) -> None:
         self.put(f"landing/transactions/{name}", "".join(f"{line}\n" for line in lines).encode())
-        time.sleep(1.1)  # S3 modification times are seconds: landing files apply in that order
 
-    def dms(self, name: str, rows: list[dict[str, Any]]) -> None:
-        buffer = io.BytesIO()
-        pq.write_table(pa.Table.from_pylist(rows), buffer)
-        self.put(f"landing/dms/petstore/petstore/Cat/{name}", buffer.getvalue())
-        time.sleep(1.1)
+    def dms_in_order(self, *files: tuple[str, list[dict[str, Any]]]) -> None:
+        """DMS files of one table, to be applied in the order given. Landing files apply in the
+        order of their modification times, which S3 keeps in whole seconds (and then by name,
+        which would put ``2026…`` before ``LOAD…``): each file is put once the server's clock
+        (this machine's) is past the second of the one before."""
+        previous: datetime | None = None
+        for name, rows in files:
+            if previous is not None:
+                second = previous.timestamp() + 1
+                wait_until(f"{previous} + 1 s", lambda s=second: time.time() >= s, timeout=5)
+            buffer = io.BytesIO()
+            pq.write_table(pa.Table.from_pylist(rows), buffer)
+            modified = self.put(f"landing/dms/petstore/petstore/Cat/{name}", buffer.getvalue())
+            assert previous is None or modified > previous, (previous, modified)
+            previous = modified
 
     def keys(self, under: str) -> list[str]:
         pages = self.s3.get_paginator("list_objects_v2").paginate(
@@ -134,6 +165,12 @@ class Bucket:
         )
         start = len(self.prefix) + 1
         return sorted(o["Key"][start:] for page in pages for o in page.get("Contents", []))
+
+    def batches(self, kind: str) -> list[int]:
+        """The batch ids of the streaming checkpoint's ``offsets`` or ``commits``."""
+        folder = f"checkpoints/cdc/{kind}/"
+        names = (key[len(folder) :] for key in self.keys(folder))
+        return sorted(int(name) for name in names if name.isdigit())
 
     def table(self, *parts: str) -> deltalake.DeltaTable:
         """A Delta table of the warehouse, read by delta-rs from the S3 server (no Spark)."""
@@ -150,6 +187,15 @@ class Bucket:
     def rows(self, *parts: str) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = self.table(*parts).to_pyarrow_table().to_pylist()
         return rows
+
+    def commits(self, *parts: str) -> list[tuple[int, int]]:
+        """(batch id, step) of every commit the job made to a table (its commit metadata)."""
+        found = []
+        for commit in self.table(*parts).history():
+            meta = json.loads(commit.get("userMetadata") or "{}")
+            if "cdc" in meta:
+                found.append((meta["batchId"], meta["step"]))
+        return sorted(found)
 
 
 def config(bucket: Bucket) -> str:
@@ -174,81 +220,112 @@ spark:
 """
 
 
-class Cdc:
-    """The ``cdc`` command in a process of its own, in a local folder holding only the config
-    and the dataset definition; credentials come from the environment (s3a's default chain)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.runs = 0
-
-    def env(self, crash_at: str | None = None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != CRASH_ENV and not k.startswith("AWS_")}
-        if crash_at:
-            env[CRASH_ENV] = crash_at
-        return {**env, **KEYS, "PYTHONPATH": str(ROOT)}
-
-    def command(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "streaming.cli.main", *args, "--config", "cdc.yaml"]
-
-    def __call__(self, *args: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.command(*args),
-            cwd=self.root,
-            env=self.env(crash_at),
-            capture_output=True,
-            text=True,
-            timeout=JOB_TIMEOUT,
-        )
-
-    def start(self, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
-        """The command in the background, in a process group of its own: ``kill`` ends the
-        Python driver and the JVM it started at once, as losing the machine would (killed alone,
-        the driver would leave its JVM running on for a moment)."""
-        self.runs += 1
-        log = self.root / f"run-{self.runs}.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                self.command(*args),
-                cwd=self.root,
-                env=self.env(),
-                stdout=out,
-                stderr=out,
-                start_new_session=True,
-            )
-        return process, log
+TABLES = {
+    "Dog": ("petstore", "petstore", "Dog"),
+    "Dog tombstones": ("petstore", "_tombstones", "petstore", "Dog"),
+    "Dog history": ("petstore", "_history", "petstore", "Dog"),
+    "Cat": ("petstore", "petstore", "Cat"),
+    "Cat tombstones": ("petstore", "_tombstones", "petstore", "Cat"),
+    "Cat history": ("petstore", "_history", "petstore", "Cat"),
+    "ledger": ("_system", "transactions"),
+    "outcomes": ("_system", "outcomes"),
+    "quarantine": ("_system", "quarantine"),
+}
 
 
-def kill(process: subprocess.Popen[bytes]) -> int:
-    """SIGKILL to the process group of a command ``Cdc.start`` started; its exit code."""
-    with contextlib.suppress(ProcessLookupError):  # the whole group has ended already
-        os.killpg(process.pid, signal.SIGKILL)
-    return process.wait(timeout=60)
+def state(bucket: Bucket) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table's rows (delta-rs) as sorted lists of tuples: a row written twice is there
+    twice."""
+
+    def shape(name: str, r: dict[str, Any]) -> tuple[Any, ...]:
+        if name == "Dog":
+            return r["id"], r["version"], r["name"], r["age"]
+        if name == "Cat":
+            return r["id"], r["version"], r["name"]
+        if name.endswith("tombstones"):
+            return r["id"], r["version"]
+        if name.endswith("history"):
+            return r["id"], r["version"], r["__op"], r["__transaction_id"]
+        if name == "ledger":
+            return r["transaction_id"], r["batch_id"], json.loads(r["outcome"])["status"]
+        if name == "outcomes":
+            return r["transaction_id"], r["status"], r["batch_id"]
+        return r["transaction_id"], r["error_code"], r["batch_id"]
+
+    return {
+        name: sorted(shape(name, r) for r in bucket.rows(*parts)) for name, parts in TABLES.items()
+    }
 
 
-def wait_for(what: str, check: Any, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + JOB_TIMEOUT
-    while not check():
-        if process.poll() is not None:
-            raise AssertionError(
-                f"the job ended ({process.returncode}) before {what}:\n{log.read_text()[-3000:]}"
-            )
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+BATCH_0: dict[str, list[tuple[Any, ...]]] = {
+    "Dog": [("dog1", 1, "Rex", 3)],
+    "Dog tombstones": [("dog2", 2)],
+    "Dog history": [("dog1", 1, "i", "tx-1"), ("dog2", 1, "i", "tx-1"), ("dog2", 2, "d", "tx-2")],
+    "Cat": [("cat1", 1, "Tom")],
+    "Cat tombstones": [],
+    "Cat history": [("cat1", 1, "i", "tx-1")],
+    "ledger": [("tx-1", 0, "COMMITTED"), ("tx-2", 0, "COMMITTED")],
+    "outcomes": [
+        ("tx-1", "COMMITTED", 0),
+        ("tx-2", "COMMITTED", 0),
+        ("tx-3", "REJECTED", 0),
+        ("tx-4", "REJECTED", 0),
+    ],
+    "quarantine": [("tx-3", "LOCATION_NOT_ALLOWED", 0), ("tx-4", "INVALID_JSON", 0)],
+}
+"""Every table once batch 0 is done."""
+BATCH_1: dict[str, list[tuple[Any, ...]]] = {
+    "Dog": [("dog1", 2, "Rex", 4), ("dog3", 1, "Lassie", 2)],
+    "Dog tombstones": [("dog2", 2)],
+    "Dog history": sorted(
+        [*BATCH_0["Dog history"], ("dog1", 2, "u", "tx-5"), ("dog3", 1, "i", "tx-5")]
+    ),
+    "Cat": [("cat1", 1, "Tom"), ("cat2", 2, "Felix II")],
+    "Cat tombstones": [("cat3", 2)],
+    "Cat history": [
+        ("cat1", 1, "i", "tx-1"),
+        ("cat2", 1, "i", DMS_LOAD),
+        ("cat2", 2, "u", DMS_CDC),
+        ("cat3", 1, "i", DMS_LOAD),
+        ("cat3", 2, "d", DMS_CDC),
+    ],
+    "ledger": sorted(
+        [
+            *BATCH_0["ledger"],
+            ("tx-5", 1, "COMMITTED"),
+            (DMS_LOAD, 1, "COMMITTED"),
+            (DMS_CDC, 1, "COMMITTED"),
+        ]
+    ),
+    "outcomes": sorted(
+        [
+            *BATCH_0["outcomes"],
+            ("tx-5", "COMMITTED", 1),
+            ("tx-1", "DUPLICATE", 1),  # sent again in 0002.jsonl
+            ("tx-6", "REJECTED", 1),
+            (DMS_LOAD, "COMMITTED", 1),
+            (DMS_CDC, "COMMITTED", 1),
+        ]
+    ),
+    "quarantine": sorted([*BATCH_0["quarantine"], ("tx-6", "INVALID_JSON", 1)]),
+}
+"""Every table once batch 1 is done too: each transaction once, each outcome once."""
 
 
-def by_id(rows: list[dict[str, Any]], *columns: str) -> list[tuple[Any, ...]]:
-    return sorted(tuple(r[c] for c in ("id", *columns)) for r in rows)
+def env(crash_at: str | None = None) -> dict[str, str]:
+    """The ``cdc`` processes' environment: the S3 server's keys (s3a's default credentials
+    chain), no other AWS settings, ``FAULT_CRASH_AT`` only when given."""
+    return cdc_env(
+        {**KEYS, **({CRASH_ENV: crash_at} if crash_at else {})}, drop=[CRASH_ENV, "AWS_"]
+    )
 
 
-def test_s3_warehouse_landing_dms_show_maintain_and_kill_restart(
+def test_s3_warehouse_crashes_restarts_landing_dms_show_and_maintain(
     s3_endpoint: str, tmp_path: Path
 ) -> None:
     bucket = Bucket(s3_endpoint, "cdc")
     (tmp_path / "petstore.yaml").write_text(DATASET)
     (tmp_path / "cdc.yaml").write_text(config(bucket))
-    cdc = Cdc(tmp_path)
     timings: dict[str, float] = {}
     started = [time.monotonic()]
 
@@ -257,7 +334,7 @@ def test_s3_warehouse_landing_dms_show_maintain_and_kill_restart(
         spent, started[0] = now - started[0], now
         return round(spent, 1)
 
-    # -- 1. a batch killed by SIGKILL between two table commits, then restarted --------------
+    # -- 1. batch 0 killed (SIGKILL) between two table commits --------------------------------
     bucket.json_rows(
         "data/one/petstore/Dog/part.json",
         {"id": "dog1", "name": "Rex", "age": 3},
@@ -276,172 +353,124 @@ def test_s3_warehouse_landing_dms_show_maintain_and_kill_restart(
         '{"transactionId": "tx-4", ',
     )
     # No DMS file yet: the job starts on a DMS zone that is no object on S3 at all.
-    dms_load = "dms:petstore/petstore/Cat/LOAD00000001.parquet"
-    crashed = cdc("run", "--once", crash_at="between_commits")
+    crashed = run_cdc("run", "--once", *CONFIG, cwd=tmp_path, env=env("between_commits"))
     timings["cdc run --once, killed between two table commits"] = lap()
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
-    # Killed mid-batch: a table commit is on S3, the ledger has nothing yet.
-    versions = [bucket.table("petstore", "petstore", s).version() for s in ("Dog", "Cat")]
-    assert max(versions) == 1, versions
-    assert bucket.rows("_system", "transactions") == []
+    assert f"{CRASH_ENV}=between_commits: killing the driver" in crashed.stderr
+    # One table of the wave is written on S3 (its one commit); the other, written side by side,
+    # has its commit or not yet; nothing after the wave.
+    left = state(bucket)
+    versions = {s: bucket.table(*TABLES[s]).version() for s in ("Dog", "Cat")}
+    assert sorted(versions.values()) in ([0, 1], [1, 1]), versions
+    for name in ("Dog", "Cat"):
+        assert left[name] == (BATCH_0[name] if versions[name] else []), left
+    assert {n: left[n] for n in TABLES if n not in ("Dog", "Cat", "Dog tombstones")} == {
+        n: [] for n in TABLES if n not in ("Dog", "Cat", "Dog tombstones")
+    }
+    assert left["Dog tombstones"] in ([], BATCH_0["Dog tombstones"]), left
+    assert (bucket.batches("offsets"), bucket.batches("commits")) == ([0], [])
+    timings["checks by delta-rs"] = lap()
 
-    # -- 2. restarted as the continuous job: it finishes batch 0 first ----------------------
-    job, log = cdc.start("run")
-    try:
-        wait_for(
-            "batch 0 to be finished",
-            lambda: "checkpoints/cdc/commits/0" in bucket.keys("checkpoints/cdc/commits/"),
-            job,
-            log,
-        )
-        timings["crashed batch 0 finished by the restarted job"] = lap()
-        assert by_id(bucket.rows("petstore", "petstore", "Dog"), "version", "name", "age") == [
-            ("dog1", 1, "Rex", 3)
-        ]
-        assert by_id(bucket.rows("petstore", "petstore", "Cat"), "version", "name") == [
-            ("cat1", 1, "Tom")
-        ]
-        # Every table written once: the replay skipped the commit made before the kill.
-        assert [bucket.table("petstore", "petstore", s).version() for s in ("Dog", "Cat")] == [
-            1,
-            1,
-        ]
-        outcomes = {r["transaction_id"]: r for r in bucket.rows("_system", "outcomes")}
-        assert {t: (o["status"], o["batch_id"]) for t, o in outcomes.items()} == {
-            "tx-1": ("COMMITTED", 0),
-            "tx-2": ("COMMITTED", 0),
-            "tx-3": ("REJECTED", 0),
-            "tx-4": ("REJECTED", 0),
-        }
-        assert outcomes["tx-3"]["error_code"] == "LOCATION_NOT_ALLOWED"
-
-        # -- 3. the continuous job killed from outside while batch 1 is in progress ----------
-        bucket.json_rows(
-            "data/three/petstore/Dog/part.json",
-            {"id": "dog1", "name": "Rex", "age": 4},
-            {"id": "dog3", "name": "Lassie", "age": 2},
-        )
-        three = {"operation": "UPSERT", "locationUri": bucket.uri("data/three"), "format": "JSON"}
-        bucket.requests("0002.jsonl", request("tx-5", three), request("tx-1", one))
-        bucket.dms(
+    # -- 2. batch 1's input: requests (one sent again, one malformed) and two DMS files -------
+    # All there before the job starts again: its replay of batch 0 reads only batch 0's files
+    # (the checkpoint's offsets), and the next batch all of these.
+    bucket.json_rows(
+        "data/three/petstore/Dog/part.json",
+        {"id": "dog1", "name": "Rex", "age": 4},
+        {"id": "dog3", "name": "Lassie", "age": 2},
+    )
+    three = {"operation": "UPSERT", "locationUri": bucket.uri("data/three"), "format": "JSON"}
+    bucket.requests(
+        "0002.jsonl",
+        request("tx-5", three),
+        request("tx-1", one),
+        '{"transactionId": "tx-6", ',
+    )
+    bucket.dms_in_order(
+        (
             "LOAD00000001.parquet",
             [{"ID": "cat2", "NAME": "Felix"}, {"ID": "cat3", "NAME": "Garfield"}],
-        )
-        bucket.dms(
+        ),
+        (
             "20261124-0001.parquet",
             [
                 {"ID": "cat2", "NAME": "Felix II", "Op": "U"},
                 {"ID": "cat3", "NAME": "Garfield", "Op": "D"},
             ],
-        )
-        wait_for(
-            "batch 1 to start",
-            lambda: "checkpoints/cdc/offsets/1" in bucket.keys("checkpoints/cdc/offsets/"),
-            job,
-            log,
-        )
-        assert kill(job) == -signal.SIGKILL
-        timings["continuous job until killed in batch 1"] = lap()
+        ),
+    )
+    timings["batch 1's files put"] = lap()
+
+    # -- 3. the continuous job: finishes batch 0, then dies in batch 1 after its ledger --------
+    log = tmp_path / "continuous.log"
+    job = start_cdc("run", *CONFIG, cwd=tmp_path, log=log, env=env("after_ledger:2"))
+    try:
+        wait_until("the job to kill itself in batch 1", lambda: job.poll() is not None)
     finally:
-        kill(job)
-    # The kill came while batch 1 was being applied: Spark had not recorded it as done.
-    assert "checkpoints/cdc/commits/1" not in bucket.keys("checkpoints/cdc/commits/"), (
-        log.read_text()
-    )
-
-    restarted = cdc("run", "--once")
-    assert restarted.returncode == 0, restarted.stderr[-3000:]
-    timings["cdc run --once, restarted"] = lap()
-
-    # -- 4. nothing lost, nothing applied twice (delta-rs, from the S3 server) ---------------
-    expected_dogs = [("dog1", 2, "Rex", 4), ("dog3", 1, "Lassie", 2)]
-    expected_cats = [("cat1", 1, "Tom"), ("cat2", 2, "Felix II")]
-    assert by_id(bucket.rows("petstore", "petstore", "Dog"), "version", "name", "age") == (
-        expected_dogs
-    )
-    assert by_id(bucket.rows("petstore", "petstore", "Cat"), "version", "name") == expected_cats
-    dog_history = bucket.rows("petstore", "_history", "petstore", "Dog")
-    assert by_id(dog_history, "version", "__op", "__transaction_id") == [
-        ("dog1", 1, "i", "tx-1"),
-        ("dog1", 2, "u", "tx-5"),
-        ("dog2", 1, "i", "tx-1"),
-        ("dog2", 2, "d", "tx-2"),
-        ("dog3", 1, "i", "tx-5"),
-    ]
-    cat_history = bucket.rows("petstore", "_history", "petstore", "Cat")
-    assert by_id(cat_history, "version", "__op") == [
-        ("cat1", 1, "i"),
-        ("cat2", 1, "i"),
-        ("cat2", 2, "u"),
-        ("cat3", 1, "i"),
-        ("cat3", 2, "d"),
-    ]
-    assert by_id(bucket.rows("petstore", "_tombstones", "petstore", "Cat"), "version") == [
-        ("cat3", 2)
-    ]
-    dms_cdc = "dms:petstore/petstore/Cat/20261124-0001.parquet"
-    ledger = sorted(r["transaction_id"] for r in bucket.rows("_system", "transactions"))
-    assert ledger == sorted(["tx-1", "tx-2", "tx-5", dms_load, dms_cdc])  # once each
-    status: dict[str, set[str]] = {}
-    for row in bucket.rows("_system", "outcomes"):
-        status.setdefault(row["transaction_id"], set()).add(row["status"])
-    assert status == {
-        "tx-1": {"COMMITTED", "DUPLICATE"},  # sent again in 0002.jsonl
-        "tx-2": {"COMMITTED"},
-        "tx-3": {"REJECTED"},
-        "tx-4": {"REJECTED"},
-        "tx-5": {"COMMITTED"},
-        dms_load: {"COMMITTED"},
-        dms_cdc: {"COMMITTED"},
-    }
-    assert sorted(
-        (r["transaction_id"], r["error_code"]) for r in bucket.rows("_system", "quarantine")
-    ) == [
-        ("tx-3", "LOCATION_NOT_ALLOWED"),
-        ("tx-4", "INVALID_JSON"),
-    ]
-
-    # -- 5. cdc show reads the same table through Spark and s3a ------------------------------
-    timings["checks by delta-rs"] = lap()
-    shown = cdc("show", "petstore", "petstore.Dog", "--json")
-    timings["cdc show"] = lap()
-    assert shown.returncode == 0, shown.stderr[-3000:]
-    rows = [json.loads(line) for line in shown.stdout.splitlines()]
-    assert by_id(rows, "version", "name", "age") == expected_dogs
-
-    # -- 6. cdc maintain: OPTIMIZE compacts, VACUUM removes the files it replaced -------------
+        kill_group(job)  # and its JVM, if it is still there
+    timings["continuous job: batch 0 finished, killed in batch 1"] = lap()
+    assert job.returncode == -signal.SIGKILL, log.read_text(errors="replace")[-3000:]
+    assert f"{CRASH_ENV}=after_ledger: killing the driver" in log.read_text(errors="replace")
+    # Batch 0 done once (the replay skipped the commit made before the first kill); of batch 1,
+    # everything but the outcomes, and Spark has not recorded it as done.
+    assert state(bucket) == {**BATCH_1, "outcomes": BATCH_0["outcomes"]}
+    assert (bucket.batches("offsets"), bucket.batches("commits")) == ([0, 1], [0])
     history_files = [
         k for k in bucket.keys("warehouse/petstore/_history/petstore/Dog/") if "_delta_log" not in k
     ]
     assert len(history_files) >= 2, history_files
-    maintained = cdc("maintain", "--optimize", "--vacuum", "0")
-    timings["cdc maintain --optimize --vacuum 0"] = lap()
-    assert maintained.returncode == 0, maintained.stderr[-3000:]
+    timings["checks by delta-rs"] += lap()
+
+    # -- 4. restarted: cdc run --once finishes batch 1; then cdc show reads a table through
+    # Spark and s3a, and cdc maintain compacts (OPTIMIZE) and removes what it replaced (VACUUM)
+    done, (_, shown, maintained) = run_cdc_steps(
+        ["run", "--once", *CONFIG],
+        ["show", "petstore", "petstore.Dog", "--json", *CONFIG],
+        ["maintain", "--optimize", "--vacuum", "0", *CONFIG],
+        cwd=tmp_path,
+        env=env(),
+    )
+    timings["cdc run --once (restart), cdc show, cdc maintain: one process"] = lap()
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    # -- 5. nothing lost, nothing applied twice (delta-rs, from the S3 server) -----------------
+    assert state(bucket) == BATCH_1
+    assert (bucket.batches("offsets"), bucket.batches("commits")) == ([0, 1], [0, 1])
+    # The job's commits to each table: of these batches, and none made twice by a replay.
+    made = {name: bucket.commits(*parts) for name, parts in TABLES.items()}
+    assert {name: sorted({b for b, _ in steps}) for name, steps in made.items()} == {
+        **{name: [0, 1] for name in TABLES},
+        "Dog tombstones": [0],  # dog2 deleted in batch 0 only
+        "Cat tombstones": [1],
+    }
+    assert {name: len(set(steps)) for name, steps in made.items()} == {
+        name: len(steps) for name, steps in made.items()
+    }
+
+    assert by_id([json.loads(line) for line in shown.splitlines()]) == BATCH_1["Dog"]
     counts = {
         cells[0]: cells[1:]
         for cells in (
             [c.strip() for c in line.strip().strip("|").split("|")]
-            for line in maintained.stdout.splitlines()
+            for line in maintained.splitlines()
             if line.startswith("| s3a://")
         )
     }
     assert counts[bucket.uri("warehouse/petstore/_history/petstore/Dog")] == [
         str(len(history_files)),
         "1",
-    ], maintained.stdout
+    ], maintained
     history_files = [
         k for k in bucket.keys("warehouse/petstore/_history/petstore/Dog/") if "_delta_log" not in k
     ]
     assert len(history_files) == 1, history_files  # VACUUM deleted the compacted files on S3
-    assert by_id(bucket.rows("petstore", "_history", "petstore", "Dog"), "version") == by_id(
-        dog_history, "version"
-    )
-    assert by_id(bucket.rows("petstore", "petstore", "Dog"), "version", "name", "age") == (
-        expected_dogs
-    )
-    assert by_id(bucket.rows("petstore", "petstore", "Cat"), "version", "name") == expected_cats
 
     # Nothing of the job's state went to the local folder: it is all on the S3 server.
     assert not [p for p in ("warehouse", "checkpoints", "landing") if (tmp_path / p).exists()]
     assert "checkpoints/cdc/metadata" in bucket.keys("checkpoints/cdc/")
+    timings["checks by delta-rs"] += lap()
     print("\ns3 warehouse test, seconds per step:", json.dumps(timings, indent=1))
+
+
+def by_id(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return sorted((r["id"], r["version"], r["name"], r["age"]) for r in rows)

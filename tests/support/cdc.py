@@ -4,6 +4,7 @@ process (a crash, a startup failure, a cluster), always with a timeout."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -86,3 +87,40 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(0.1)
+
+
+_STEPS = """\
+import contextlib, json, sys
+from streaming.cli.main import main
+for argv, out in json.loads(sys.argv[1]):
+    with open(out, "w", encoding="utf-8") as f, contextlib.redirect_stdout(f):
+        code = main(argv)
+    if code:
+        sys.exit(code)
+"""
+
+
+def run_cdc_steps(
+    *steps: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    timeout: float = TIMEOUT,
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Several ``cdc`` commands in turn in ONE process of their own — one JVM, as each command
+    gets or creates the process's Spark session (``build_session``): for commands that must run
+    in a new process (a restart after a kill, a classpath the test session lacks) but need not
+    each start their own. The process (its exit code: the first failing command's; stderr), and
+    each command's standard output (empty for a command not reached)."""
+    outputs = [cwd / f".cdc-step-{n}.out" for n in range(len(steps))]
+    for path in outputs:
+        path.write_text("")
+    plan = [[list(argv), str(path)] for argv, path in zip(steps, outputs, strict=True)]
+    done = subprocess.run(
+        [sys.executable, "-c", _STEPS, json.dumps(plan)],
+        cwd=cwd,
+        env=dict(env) if env is not None else cdc_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return done, [path.read_text(encoding="utf-8") for path in outputs]
