@@ -24,7 +24,7 @@ from streaming.core.faults import CRASH_ENV, POINTS
 from streaming.runtime.job import Job
 from tests.support import Workspace, request
 from tests.support.cdc import cdc_env, run_cdc
-from tests.support.datasets import DOG_CAT
+from tests.support.datasets import DOG_CAT, DOG_CAT_TABLES
 
 pytestmark = pytest.mark.spark
 
@@ -36,17 +36,7 @@ landing: {transactions: ./landing/transactions}
 allowed_locations: [./data]
 spark: {shuffle_partitions: 2}
 """
-TABLES = {
-    "Dog": ("petstore", "petstore", "Dog"),
-    "Dog tombstones": ("petstore", "_tombstones", "petstore", "Dog"),
-    "Dog history": ("petstore", "_history", "petstore", "Dog"),
-    "Cat": ("petstore", "petstore", "Cat"),
-    "Cat tombstones": ("petstore", "_tombstones", "petstore", "Cat"),
-    "Cat history": ("petstore", "_history", "petstore", "Cat"),
-    "ledger": ("_system", "transactions"),
-    "outcomes": ("_system", "outcomes"),
-    "quarantine": ("_system", "quarantine"),
-}
+TABLES = DOG_CAT_TABLES
 CURRENT = ("Dog", "Dog tombstones", "Cat", "Cat tombstones")
 """What applying the batch's segment writes (each object table's current and tombstones)."""
 RECORDED = ("Dog history", "Cat history", "ledger", "quarantine")

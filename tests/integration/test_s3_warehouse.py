@@ -37,6 +37,7 @@ import pytest
 from streaming.core.faults import CRASH_ENV
 from tests.support import request
 from tests.support.cdc import cdc_env, kill_group, run_cdc, run_cdc_steps, start_cdc, wait_until
+from tests.support.datasets import DOG_CAT_TABLES
 from tests.support.ports import HOST, free_port, retry_on_port_clash
 
 pytestmark = pytest.mark.s3
@@ -220,17 +221,7 @@ spark:
 """
 
 
-TABLES = {
-    "Dog": ("petstore", "petstore", "Dog"),
-    "Dog tombstones": ("petstore", "_tombstones", "petstore", "Dog"),
-    "Dog history": ("petstore", "_history", "petstore", "Dog"),
-    "Cat": ("petstore", "petstore", "Cat"),
-    "Cat tombstones": ("petstore", "_tombstones", "petstore", "Cat"),
-    "Cat history": ("petstore", "_history", "petstore", "Cat"),
-    "ledger": ("_system", "transactions"),
-    "outcomes": ("_system", "outcomes"),
-    "quarantine": ("_system", "quarantine"),
-}
+TABLES = DOG_CAT_TABLES
 
 
 def state(bucket: Bucket) -> dict[str, list[tuple[Any, ...]]]:

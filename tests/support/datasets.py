@@ -32,5 +32,18 @@ petstore.Cat:
 """
 """Two object schemas, the first with an integer property."""
 
+DOG_CAT_TABLES = {
+    "Dog": ("petstore", "petstore", "Dog"),
+    "Dog tombstones": ("petstore", "_tombstones", "petstore", "Dog"),
+    "Dog history": ("petstore", "_history", "petstore", "Dog"),
+    "Cat": ("petstore", "petstore", "Cat"),
+    "Cat tombstones": ("petstore", "_tombstones", "petstore", "Cat"),
+    "Cat history": ("petstore", "_history", "petstore", "Cat"),
+    "ledger": ("_system", "transactions"),
+    "outcomes": ("_system", "outcomes"),
+    "quarantine": ("_system", "quarantine"),
+}
+"""Every table a DOG_CAT warehouse holds: name → path parts under the warehouse."""
+
 PETSTORE = (Path(__file__).resolve().parents[2] / "streaming" / "resources" / "petstore.yaml")
 """The petstore dataset the package ships (seed 000's schemas, queries and views)."""
