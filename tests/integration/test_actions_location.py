@@ -11,15 +11,9 @@ from pyspark.sql import SparkSession
 from streaming.core.outcomes import Outcome, Status
 from streaming.storage.tables import read_table
 from tests.support import Workspace, request
+from tests.support.datasets import DOG_AGE
 
 pytestmark = pytest.mark.spark
-
-DOG = """\
-petstore.Dog:
-  properties:
-    name: {type: string}
-    age: {type: integer}
-"""
 
 
 def action(operation: str, location: str) -> dict[str, Any]:
@@ -43,7 +37,7 @@ def outcome_of(spark: SparkSession, ws: Workspace, tid: str) -> Outcome:
 
 
 def seed_dogs(ws: Workspace) -> None:
-    ws.dataset("petstore", DOG)
+    ws.dataset("petstore", DOG_AGE)
     ws.data(
         "setup/petstore/Dog/part.json",
         {"id": "dog1", "name": "Scooby Doo"},
@@ -106,7 +100,7 @@ def test_delete_of_an_absent_id_is_skipped(spark: SparkSession, ws: Workspace) -
 def test_patch_from_location_updates_only_present_columns_and_never_creates(
     spark: SparkSession, ws: Workspace
 ) -> None:
-    ws.dataset("petstore", DOG)
+    ws.dataset("petstore", DOG_AGE)
     ws.data(
         "setup/petstore/Dog/part.json",
         {"id": "dog1", "name": "Scooby Doo", "age": 5},
@@ -136,7 +130,7 @@ def test_patch_from_location_updates_only_present_columns_and_never_creates(
 def test_insert_ignore_from_location_keeps_existing_rows(
     spark: SparkSession, ws: Workspace
 ) -> None:
-    ws.dataset("petstore", DOG)
+    ws.dataset("petstore", DOG_AGE)
     ws.data("setup/petstore/Dog/part.json", {"id": "dog1", "name": "Scooby Doo"})
     ws.data(
         "change/petstore/Dog/part.json",

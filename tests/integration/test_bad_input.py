@@ -260,7 +260,13 @@ KINDS: list[Kind] = [
     ),
     _bad_data("null-id", "MISSING_ID", _json_lines({"id": "m1"}, {"id": None, "name": "Anon"})),
     _bad_data("every-id-null", "MISSING_ID", _json_lines({"id": None, "name": "Anon"})),
+    _bad_data("absent-id", "MISSING_ID", _json_lines({"id": "m2"}, {"name": "No id key"})),
     _bad_data("duplicate-id", "DUPLICATE_ID", _json_lines({"id": "d1"}, {"id": "d1"})),
+    _bad_data(
+        "duplicate-id-other-values",
+        "DUPLICATE_ID",
+        _json_lines({"id": "d2", "name": "a"}, {"id": "d2", "name": "b"}),
+    ),
     _bad_data("text-in-integer", "TYPE_MISMATCH", _json_lines({"id": "t1", "age": "old"})),
     _bad_data("object-in-integer", "TYPE_MISMATCH", _json_lines({"id": "t2", "age": {"y": 3}})),
     _bad_data(

@@ -6,6 +6,7 @@ switches an existing table; ``cdc maintain --optimize`` purges the vectors. Read
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,8 @@ from streaming.core.outcomes import Outcome, Status
 from streaming.storage.evolution import DELETION_VECTORS_PROPERTY
 from streaming.storage.maintain import maintain
 from streaming.storage.tables import read_table
-from tests.integration.test_merge_pruning import PET
 from tests.support import Workspace, request, upsert
+from tests.support.datasets import DOG_AGE
 
 pytestmark = pytest.mark.spark
 
@@ -61,10 +62,10 @@ def _two_batches(spark: SparkSession, root: Path, *, vectors: bool, large: bool)
     """A first batch inserting ``KEYS`` pets, a second updating every fourth, deleting every
     fifth and inserting two; the current table's path."""
     ws = Workspace(root)
-    ws.dataset("petstore", PET)
+    ws.dataset("petstore", DOG_AGE)
     cfg = ws.config(tables={"deletion_vectors": vectors})
     ws.data(
-        "seed/petstore/Pet/part.json",
+        "seed/petstore/Dog/part.json",
         *[{"id": f"p{n:02d}", "name": "a", "age": n} for n in range(KEYS)],
     )
     ws.requests(request("seed", upsert("./data/seed")))
@@ -74,8 +75,8 @@ def _two_batches(spark: SparkSession, root: Path, *, vectors: bool, large: bool)
         job = ws.run_once(spark, cfg)
         changed = [{"id": f"p{n:02d}", "name": "b", "age": n + 100} for n in range(0, KEYS, 4)]
         changed += [{"id": f"q{n}", "name": "new", "age": n} for n in range(2)]
-        ws.data("change/petstore/Pet/part.json", *changed)
-        ws.data("gone/petstore/Pet/part.json", *[{"id": f"p{n:02d}"} for n in range(1, KEYS, 5)])
+        ws.data("change/petstore/Dog/part.json", *changed)
+        ws.data("gone/petstore/Dog/part.json", *[{"id": f"p{n:02d}"} for n in range(1, KEYS, 5)])
         ws.requests(
             request("change", upsert("./data/change")),
             request(
@@ -83,17 +84,33 @@ def _two_batches(spark: SparkSession, root: Path, *, vectors: bool, large: bool)
             ),
         )
         ws.run_once(spark, cfg)
-    return job.layout.object_table("petstore", "petstore.Pet").current
+    return job.layout.object_table("petstore", "petstore.Dog").current
+
+
+@pytest.fixture(scope="module")
+def two_batches(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> dict[tuple[bool, bool], str]:
+    """``_two_batches`` once for each (vectors, large): the current tables' paths. The tests
+    only read them (the maintenance test works on a copy)."""
+    root = tmp_path_factory.mktemp("deletion-vectors")
+    return {
+        (vectors, large): _two_batches(
+            spark, root / f"vectors-{vectors}-large-{large}", vectors=vectors, large=large
+        )
+        for vectors in (True, False)
+        for large in (False, True)
+    }
 
 
 @pytest.mark.parametrize("large", [False, True], ids=["driver fold", "executors' fold"])
 def test_merges_give_the_same_table_with_deletion_vectors(
-    spark: SparkSession, tmp_path: Path, large: bool
+    two_batches: dict[tuple[bool, bool], str], large: bool
 ) -> None:
     """The executors' fold's MERGE marks the rows it replaces; the driver fold's (a few keys)
     rewrites their files even on a table with vectors on (``apply._merge``)."""
-    marked = _two_batches(spark, tmp_path / "on", vectors=True, large=large)
-    rewritten = _two_batches(spark, tmp_path / "off", vectors=False, large=large)
+    marked = two_batches[(True, large)]
+    rewritten = two_batches[(False, large)]
 
     assert _property(marked) == "true"
     assert _property(rewritten) == "false"
@@ -105,20 +122,24 @@ def test_merges_give_the_same_table_with_deletion_vectors(
     columns = ("id", "version", "name", "age", "hash")
     rows = _rows(marked, *columns)
     assert rows == _rows(rewritten, *columns)
-    ids = {r[0] for r in rows}
+    ids = [r[0] for r in rows]
     deleted = {f"p{n:02d}" for n in range(1, KEYS, 5)}
-    assert ids == {f"p{n:02d}" for n in range(KEYS)} - deleted | {"q0", "q1"}
+    assert ids == sorted({f"p{n:02d}" for n in range(KEYS)} - deleted | {"q0", "q1"})
     by_id = {r[0]: r for r in rows}
     assert by_id["p04"][1:4] == (2, "b", 104)  # updated: version 2
     assert by_id["p02"][1:4] == (1, "a", 2)  # untouched
 
 
 def test_maintain_purges_the_vectors_and_keeps_the_rows(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, two_batches: dict[tuple[bool, bool], str], tmp_path: Path
 ) -> None:
-    path = _two_batches(spark, tmp_path, vectors=True, large=True)
+    """On a copy of the table the executors' fold marked (a Delta table is its folder: data
+    files, vector files and log, all named relative to it)."""
+    path = str(tmp_path / "current")
+    shutil.copytree(two_batches[(True, True)], path)
     columns = ("id", "version", "name", "age", "hash")
     before = _rows(path, *columns)
+    assert before == _rows(two_batches[(True, True)], *columns)
     assert _vectors(path) >= 1
 
     maintain(spark, [path], optimize=True, vacuum_hours=None, current={path})
@@ -129,10 +150,10 @@ def test_maintain_purges_the_vectors_and_keeps_the_rows(
 
 def test_startup_switches_an_existing_tables_vectors(spark: SparkSession, tmp_path: Path) -> None:
     ws = Workspace(tmp_path)
-    ws.dataset("petstore", PET)
+    ws.dataset("petstore", DOG_AGE)
     job = ws.run_once(spark)
-    path = job.layout.object_table("petstore", "petstore.Pet").current
-    history = job.layout.object_table("petstore", "petstore.Pet").history
+    path = job.layout.object_table("petstore", "petstore.Dog").current
+    history = job.layout.object_table("petstore", "petstore.Dog").history
     assert _property(path) == "false"
 
     ws.run_once(spark, ws.config(tables={"deletion_vectors": True}))
@@ -149,7 +170,7 @@ petstore.Zoo:
   materialized: true
   primaryKey: [id]
   sql: SELECT name AS id, 1 / (age - age) AS total FROM @{pet}
-  using: {pet: petstore.Pet}
+  using: {pet: petstore.Dog}
   properties: {id: {type: string}, total: {type: integer}}
 """
 
@@ -160,18 +181,18 @@ def test_a_failed_transaction_restores_a_table_its_merge_marked(
     """The MERGE marks rows, a later table of the transaction fails (the view divides by zero),
     and the segment is restored: the table reads as before, without the MERGE's vectors."""
     ws = Workspace(tmp_path)
-    ws.dataset("petstore", PET + FAILING_VIEW)
+    ws.dataset("petstore", DOG_AGE + FAILING_VIEW)
     cfg = ws.config(tables={"deletion_vectors": True})
     ws.data(
-        "seed/petstore/Pet/part.json", *[{"id": f"p{n}", "name": "a", "age": n} for n in range(8)]
+        "seed/petstore/Dog/part.json", *[{"id": f"p{n}", "name": "a", "age": n} for n in range(8)]
     )
     ws.requests(request("seed", upsert("./data/seed")))
     job = ws.run_once(spark, cfg)
-    path = job.layout.object_table("petstore", "petstore.Pet").current
+    path = job.layout.object_table("petstore", "petstore.Dog").current
     columns = ("id", "version", "name", "age", "hash")
     before = _rows(path, *columns)
 
-    ws.data("change/petstore/Pet/part.json", {"id": "p1", "name": "b", "age": 1})
+    ws.data("change/petstore/Dog/part.json", {"id": "p1", "name": "b", "age": 1})
     ws.requests(
         request("bad", upsert("./data/change"), {"operation": "REFRESH", "target": "petstore.Zoo"})
     )

@@ -22,10 +22,9 @@ from streaming.core.requests import DataFormat
 from streaming.inputs.loads import ROW, _read_files
 from streaming.storage.tables import read_table
 from tests.support import Workspace, request
+from tests.support.datasets import DOG
 
 pytestmark = pytest.mark.spark
-
-DOG = "petstore.Dog:\n  properties:\n    name:\n      type: string\n"
 
 
 def write_dms(folder: Path, name: str, rows: list[tuple[str, str, str]]) -> None:

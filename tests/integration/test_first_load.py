@@ -14,8 +14,8 @@ from pyspark.sql import SparkSession
 from streaming.apply import objects as apply_module
 from streaming.apply import sqlfold
 from streaming.inputs import loads as loads_module
-from tests.integration.test_dms import ORDER, dms_workspace, order, outcomes
 from tests.support import Workspace
+from tests.support.dms import ORDER, config, dms_workspace, order, outcomes
 
 pytestmark = pytest.mark.spark
 
@@ -66,7 +66,7 @@ def _load(
         zone = dms_workspace(ws)
         for number, rows in enumerate(files, start=1):
             zone.drop("sales.Order", f"LOAD{number:08d}.parquet", rows, ORDER)
-        ws.run_once(spark, ws.config(landing={"dms": "./landing/dms"}))
+        ws.run_once(spark, config(ws))
     # The changes stay cached until history is appended, then the batch releases them.
     assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
     warehouse = root / "warehouse" / "sales"

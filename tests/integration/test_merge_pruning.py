@@ -7,6 +7,9 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import deltalake
@@ -15,18 +18,13 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from streaming.apply.objects import MERGE_BROADCAST_MAX_BYTES, broadcast_limit
+from streaming.core.layout import Layout
 from streaming.storage.commits import session_conf
 from streaming.storage.tables import read_table
 from tests.support import Workspace, request, upsert
+from tests.support.datasets import DOG_AGE
 
 pytestmark = pytest.mark.spark
-
-PET = """\
-petstore.Pet:
-  properties:
-    name: {type: string}
-    age: {type: integer}
-"""
 
 RANGES = 4
 PER_RANGE = 50
@@ -45,22 +43,55 @@ def _files(path: str, version: int) -> dict[str, set[str]]:
 def _seed_ranges(spark: SparkSession, ws: Workspace) -> tuple[str, dict[str, set[str]]]:
     """Four batches, each inserting its own id range (``r<range>-<n>``): insert-only MERGEs add
     files and remove none. The current table's path, and its files → their ids."""
-    ws.dataset("petstore", PET)
+    ws.dataset("petstore", DOG_AGE)
     for r in range(RANGES):
         rows = [{"id": f"r{r}-{n:03d}", "name": "x", "age": n} for n in range(PER_RANGE)]
-        ws.data(f"seed{r}/petstore/Pet/part.json", *rows)
+        ws.data(f"seed{r}/petstore/Dog/part.json", *rows)
         ws.requests(request(f"seed-{r}", upsert(f"./data/seed{r}")))
         job = ws.run_once(spark)
-    path = job.layout.object_table("petstore", "petstore.Pet").current
+    path = job.layout.object_table("petstore", "petstore.Dog").current
     return path, _files(path, deltalake.DeltaTable(path).version())
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """A workspace seeded by ``_seed_ranges``: its root, and its current table's files → ids."""
+
+    root: Path
+    files: dict[str, set[str]]
+
+
+@pytest.fixture(scope="module")
+def seeded_ranges(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Seeded:
+    """The four seeding batches, once for the module; tests that change the table change a copy
+    (``_copy_of``)."""
+    ws = Workspace(tmp_path_factory.mktemp("seeded"))
+    _, files = _seed_ranges(spark, ws)
+    assert sum(len(ids) for ids in files.values()) == RANGES * PER_RANGE
+    assert len(files) >= RANGES
+    return Seeded(ws.root, files)
+
+
+def _copy_of(seeded: Seeded, root: Path) -> tuple[Workspace, str]:
+    """A workspace at ``root`` whose warehouse is a copy of the seeded one (its tables, ledger
+    and outcomes; Delta names its files relative to the table), with a landing folder and a
+    checkpoint of its own: the job's first batch reads only what the test drops. The workspace
+    and its current table's path."""
+    ws = Workspace(root)
+    ws.dataset("petstore", DOG_AGE)
+    shutil.copytree(seeded.root / "warehouse", root / "warehouse")
+    cfg = ws.config()
+    path = Layout(cfg.warehouse, cfg.checkpoints).table("petstore", "petstore.Dog")
+    assert _files(path, deltalake.DeltaTable(path).version()) == seeded.files
+    return ws, path
 
 
 def _upsert_and_delete(
     spark: SparkSession, ws: Workspace, rows: list[dict[str, Any]], gone: str
 ) -> None:
     """One batch: an UPSERT of ``rows`` and a DELETE of the key ``gone``."""
-    ws.data("change/petstore/Pet/part.json", *rows)
-    ws.data("gone/petstore/Pet/part.json", {"id": gone})
+    ws.data("change/petstore/Dog/part.json", *rows)
+    ws.data("gone/petstore/Dog/part.json", {"id": gone})
     ws.requests(
         request("update", upsert("./data/change")),
         request("delete", {"operation": "DELETE", "locationUri": "./data/gone", "format": "JSON"}),
@@ -69,11 +100,10 @@ def _upsert_and_delete(
 
 
 def test_merge_rewrites_only_the_files_its_changes_touch(
-    spark: SparkSession, ws: Workspace
+    spark: SparkSession, seeded_ranges: Seeded, tmp_path: Path
 ) -> None:
-    path, seeded = _seed_ranges(spark, ws)
-    assert sum(len(ids) for ids in seeded.values()) == RANGES * PER_RANGE
-    assert len(seeded) >= RANGES
+    ws, path = _copy_of(seeded_ranges, tmp_path)
+    seeded = seeded_ranges.files
 
     # One batch updating a key of range 1 and deleting a key of range 2.
     _upsert_and_delete(spark, ws, [{"id": "r1-007", "name": "changed", "age": 1}], "r2-011")
@@ -119,17 +149,17 @@ def test_maintain_cluster_gives_each_file_its_own_id_range_so_a_merge_rewrites_o
     hashes too), and a batch that changes one key rewrites one file."""
     from streaming.storage.maintain import current_tables, maintain
 
-    ws.dataset("petstore", PET)
+    ws.dataset("petstore", DOG_AGE)
     numbers = random.Random(7).sample(range(1_000_000), 3 * 20_000)
     for b in range(3):
         rows = [
             {"id": f"k{n:06d}", "name": random.Random(n).randbytes(20).hex(), "age": n % 90}
             for n in numbers[b::3]
         ]
-        ws.data(f"seed{b}/petstore/Pet/part.json", *rows)
+        ws.data(f"seed{b}/petstore/Dog/part.json", *rows)
         ws.requests(request(f"seed-{b}", upsert(f"./data/seed{b}")))
         job = ws.run_once(spark)
-    paths = job.layout.object_table("petstore", "petstore.Pet")
+    paths = job.layout.object_table("petstore", "petstore.Dog")
     table = deltalake.DeltaTable(paths.current)
     before = _files(paths.current, table.version())
     ranges = sorted((min(ids), max(ids)) for ids in before.values())
@@ -155,7 +185,7 @@ def test_maintain_cluster_gives_each_file_its_own_id_range_so_a_merge_rewrites_o
     assert sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["id"]) == rows
 
     key = f"k{numbers[12_345]:06d}"
-    ws.data("change/petstore/Pet/part.json", {"id": key, "name": "changed", "age": 1})
+    ws.data("change/petstore/Dog/part.json", {"id": key, "name": "changed", "age": 1})
     ws.requests(request("update-one", upsert("./data/change")))
     ws.run_once(spark)
     after = _files(paths.current, deltalake.DeltaTable(paths.current).version())
@@ -178,7 +208,11 @@ def _files_read(df: DataFrame) -> int:
 
 @pytest.mark.parametrize("fold", ["driver", "executors"])
 def test_a_batch_of_many_keys_reads_and_merges_only_the_id_spans_of_its_keys(
-    spark: SparkSession, ws: Workspace, monkeypatch: pytest.MonkeyPatch, fold: str
+    spark: SparkSession,
+    seeded_ranges: Seeded,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fold: str,
 ) -> None:
     """More keys than a filter lists (``KEY_PUSHDOWN_MAX``, here 0) on the driver, or the
     executors' fold: the files' id ranges (Delta's statistics) give the spans that can hold the
@@ -189,7 +223,8 @@ def test_a_batch_of_many_keys_reads_and_merges_only_the_id_spans_of_its_keys(
     monkeypatch.setattr(apply, "KEY_PUSHDOWN_MAX", 0)
     if fold == "executors":
         monkeypatch.setattr(apply, "DRIVER_FOLD_MAX_ROWS", 0)
-    path, seeded = _seed_ranges(spark, ws)
+    ws, path = _copy_of(seeded_ranges, tmp_path)
+    seeded = seeded_ranges.files
 
     chosen: list[Any] = []
     spans_of = apply._spans
@@ -204,6 +239,7 @@ def test_a_batch_of_many_keys_reads_and_merges_only_the_id_spans_of_its_keys(
         {"id": "r1-040", "name": "changed", "age": 2},
         {"id": "r9-000", "name": "new", "age": 3},
     ]
+    before = deltalake.DeltaTable(path).version()  # the seeded table the batch reads
     _upsert_and_delete(spark, ws, changed, "r3-011")
 
     (within,) = chosen  # one batch, one table: asked once
@@ -215,22 +251,20 @@ def test_a_batch_of_many_keys_reads_and_merges_only_the_id_spans_of_its_keys(
         for f, ids in seeded.items()
         if any(low <= min(ids) and max(ids) <= high for low, high in within)
     }
-    before = deltalake.DeltaTable(path).version() - 1
     read = apply._within(read_table(spark, path, before), within)
     assert _files_read(read) == len(inside) < len(seeded)
     assert _files_read(read_table(spark, path, before)) == len(seeded)
 
-    after = _files(path, before + 1)
+    # The executors' fold MERGEs the stored keys, then appends the new one (two commits).
+    after = _files(path, deltalake.DeltaTable(path).version())
     touched = {f for f, ids in seeded.items() if ids & {"r1-007", "r1-040", "r3-011"}}
     assert set(seeded) - set(after) == touched
-    rows = {
-        r["id"]: (r["version"], r["name"])
-        for r in deltalake.DeltaTable(path).to_pyarrow_table().to_pylist()
-    }
+    table = deltalake.DeltaTable(path).to_pyarrow_table().to_pylist()
+    rows = {r["id"]: (r["version"], r["name"]) for r in table}
     assert rows["r1-007"] == rows["r1-040"] == (2, "changed")
     assert rows["r9-000"] == (1, "new") and "r3-011" not in rows
     assert rows["r0-000"] == rows["r2-049"] == (1, "x")
-    assert len(rows) == RANGES * PER_RANGE
+    assert len(table) == len(rows) == RANGES * PER_RANGE  # one row per key
 
 
 def test_id_ranges_come_from_the_snapshot_held_at_that_version(

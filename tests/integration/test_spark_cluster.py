@@ -5,10 +5,12 @@ installs (its package folder is a SPARK_HOME); the wheel is built from this chec
 deploy.md's command and installed into a fresh Python environment; spark-submit runs the
 installed ``streaming/submit.py`` in client mode against the master with the jars of
 ``jars/spark`` and ``spark.master: null`` in the config. The job applies a landing-folder
-transaction (driver fold) and a DMS full load larger than ``DRIVER_FOLD_MAX_ROWS`` plus a DMS
-change file (folded on the executors' JVMs, ``streaming.apply.sqlfold``: no Python worker); delta-rs
-reads the tables. Spark's event log and the master's JSON show the executors on the two workers
-did the work.
+transaction (driver fold), a DMS full load larger than ``DRIVER_FOLD_MAX_ROWS`` plus a DMS
+change file (folded on the executors' JVMs, ``streaming.apply.sqlfold``: no Python worker), and
+two transactions of a map-typed schema larger than that together (folded by the wheel's Python
+code in Python workers on the executors, ``mapInArrow``); delta-rs reads the tables. Spark's
+event log and the master's JSON show the executors on the two workers did the work, and which
+of it went through Python workers.
 
 One machine stands in for the cluster, so two things are simpler than on a real one: the Python
 environment and the warehouse are at the same local path for the driver and every executor (on a
@@ -25,14 +27,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
-import time
 import urllib.request
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +46,12 @@ import pytest
 from streaming.apply.objects import DRIVER_FOLD_MAX_ROWS
 from streaming.core.outcomes import Outcome, Status
 from tests.support import request, upsert
+from tests.support.cdc import wait_until
+from tests.support.ports import HOST, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 JARS = sorted(str(p) for p in (ROOT / "jars" / "spark").glob("*.jar"))
-HOST = "127.0.0.1"
 APP_NAME = "cdc-cluster-test"
 WORKERS = 2
 
@@ -58,6 +60,10 @@ DATASETS = {
 petstore.Dog:
   properties:
     name: {type: string}
+petstore.Tagged:
+  properties:
+    name: {type: string}
+    tags: {type: map, values: {type: string}}
 """,
     "sales": """\
 sales.Order:
@@ -86,17 +92,14 @@ ORDER = pa.schema(
     [("ID", pa.string()), ("STATUS", pa.string()), ("AMOUNT", pa.int64()), ("TS", pa.int64())]
 )
 LOADED = DRIVER_FOLD_MAX_ROWS + 100  # more changes than the driver folds: the executors fold
+TAGGED = DRIVER_FOLD_MAX_ROWS + 100  # as many rows of the map-typed schema, in one transaction
+PYTHON_METRIC = "data sent to Python workers"
+"""The SQL metric of a Python node (``mapInArrow``): bytes its tasks sent to Python workers."""
 LOAD_FILE = "LOAD00000001.parquet"
 CDC_FILE = "20240101-0001.parquet"
 
 
 # -- processes -----------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
 def spark_env(tmp: Path) -> dict[str, str]:
     """The environment of every Spark process: this SPARK_HOME, an empty conf folder, the
     loopback address; nothing of this process's Python or Spark settings."""
@@ -191,17 +194,26 @@ class Cluster:
             return {}
 
     def wait(self, done: Any, what: str, seconds: float) -> dict[str, Any]:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        """The master's JSON once ``done`` holds for it; fails at once when a process of the
+        cluster has exited, else after ``seconds`` (with the master's state and the logs)."""
+        found: dict[str, Any] = {}
+
+        def check() -> bool:
             for process, log in self.processes:
                 if process.poll() is not None:
                     pytest.fail(f"{log.stem} exited ({process.returncode}):\n{tail(log)}")
             state = self.state()
             if state and done(state):
-                return state
-            time.sleep(1)
-        logs = "\n".join(f"--- {log.stem}\n{tail(log, 15)}" for _, log in self.processes)
-        pytest.fail(f"not within {seconds} s: {what}; master says {self.state()}\n{logs}")
+                found.update(state)
+                return True
+            return False
+
+        try:
+            wait_until(what, check, timeout=seconds)
+        except AssertionError as e:
+            logs = "\n".join(f"--- {log.stem}\n{tail(log, 15)}" for _, log in self.processes)
+            pytest.fail(f"{e}; master says {self.state()}\n{logs}")
+        return found
 
     def stop(self) -> None:
         for process, _ in reversed(self.processes):  # the workers (and their executors) first
@@ -224,14 +236,33 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 # -- the wheel and its Python environment (deploy.md §1, §2) ---------------------------------------
 def run(command: list[str], cwd: Path, timeout: float = 300) -> str:
-    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    """``command``'s output; it must succeed. Without this process's PYTHONPATH (which may name
+    this checkout): the wheel's environment imports ``streaming`` from the wheel only."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert done.returncode == 0, f"{command}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
 
 
+def _installed(name: str) -> tuple[int, ...] | None:
+    """The version of the distribution ``name`` in this environment (its numeric release)."""
+    try:
+        version = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+    return tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+
+
 def build_wheel(tmp: Path) -> Path:
     """deploy.md §1's command, run in a copy of this checkout's sources (a build writes
-    ``build/`` and ``*.egg-info`` next to them; the shared checkout is left alone)."""
+    ``build/`` and ``*.egg-info`` next to them; the shared checkout is left alone).
+
+    When this environment holds what ``pyproject.toml``'s ``[build-system]`` requires
+    (setuptools >= 68, wheel), the build uses it (``--no-build-isolation``): nothing is
+    downloaded. Else pip builds as deploy.md's command does, in an isolated environment of
+    those requirements (from the package index, or pip's cache)."""
     source = tmp / "source"
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
@@ -240,9 +271,18 @@ def build_wheel(tmp: Path) -> Path:
         shutil.copytree(
             ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
         )
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", ".", "-w", "dist"], cwd=source)
+    setuptools = _installed("setuptools")
+    offline = setuptools is not None and setuptools >= (68,) and _installed("wheel") is not None
+    isolation = ["--no-build-isolation"] if offline else []
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, ".", "-w", "dist"]
+    run(command, cwd=source)
     (wheel,) = (source / "dist").glob("cdc_processor-*.whl")
     return wheel
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def python_environment(tmp: Path, wheel: Path) -> Path:
@@ -271,17 +311,30 @@ def job_folder(tmp: Path) -> Path:
     for name, text in DATASETS.items():
         (job / f"{name}.yaml").write_text(text)
     dogs = [{"id": "dog1", "name": "Scooby"}, {"id": "dog2", "name": "Lassie"}]
-    for folder, rows in (("ingest1", dogs), ("ingest2", [{"id": "dog1", "name": "Scooby Doo"}])):
-        data = job / "data" / folder / "petstore" / "Dog"
+    tagged = [{"id": f"t{n:05d}", "name": "x", "tags": {"n": str(n)}} for n in range(TAGGED)]
+    retagged = [
+        {"id": "t00001", "name": "x", "tags": {"n": "one"}},  # the map changed
+        {"id": "t00002", "name": "x", "tags": {"n": "2"}},  # the same map
+        {"id": "t99999", "name": "new", "tags": None},
+    ]
+    for folder, schema, rows in (
+        ("ingest1", "Dog", dogs),
+        ("ingest2", "Dog", [{"id": "dog1", "name": "Scooby Doo"}]),
+        ("tagged1", "Tagged", tagged),
+        ("tagged2", "Tagged", retagged),
+    ):
+        data = job / "data" / folder / "petstore" / schema
         data.mkdir(parents=True)
         (data / "part.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
     landing = job / "landing" / "transactions"
     landing.mkdir(parents=True)
+    # tx-3 and tx-4 change one table in one micro-batch, some keys twice: they are folded
+    # (not appended as a first load), in Python (the schema has a map).
     (landing / "0001.jsonl").write_text(
-        request("tx-1", upsert("./data/ingest1"))
-        + "\n"
-        + request("tx-2", upsert("./data/ingest2"))
-        + "\n"
+        "".join(
+            request(f"tx-{n}", upsert(f"./data/{folder}")) + "\n"
+            for n, folder in enumerate(("ingest1", "ingest2", "tagged1", "tagged2"), start=1)
+        )
     )
     zone = job / "landing" / "dms" / "sales" / "sales" / "Order"
     zone.mkdir(parents=True)
@@ -363,24 +416,42 @@ def event_log(events: Path) -> tuple[str, list[dict[str, Any]]]:
     return log.name, [json.loads(line) for line in log.read_text().splitlines() if line]
 
 
-def python_bytes_by_executor(events: list[dict[str, Any]]) -> Counter[str]:
-    """Per executor, the bytes its tasks sent to Python workers (the SQL metric of mapInArrow)."""
-    sent: Counter[str] = Counter()
+def python_bytes(events: list[dict[str, Any]]) -> dict[int, Counter[str]]:
+    """Per SQL execution (-1: a job of none), per executor: the bytes its tasks sent to Python
+    workers (``PYTHON_METRIC``) — for the executions whose tasks report that metric at all."""
+    execution_of_stage: dict[int, int] = {}
+    for event in events:  # a stage runs once, when submitted (later jobs may list it, skipped)
+        if event["Event"] == "SparkListenerStageSubmitted":
+            execution = (event.get("Properties") or {}).get("spark.sql.execution.id")
+            stage = event["Stage Info"]["Stage ID"]
+            execution_of_stage[stage] = -1 if execution is None else int(execution)
+    sent: dict[int, Counter[str]] = defaultdict(Counter)
     for event in events:
         if event["Event"] != "SparkListenerTaskEnd":
             continue
         info = event["Task Info"]
         for accumulable in info.get("Accumulables", []):
-            if accumulable.get("Name") == "data sent to Python workers":
-                sent[info["Executor ID"]] += int(accumulable.get("Update", 0))
-    return sent
+            if accumulable.get("Name") == PYTHON_METRIC:
+                execution = execution_of_stage.get(event["Stage ID"], -1)
+                sent[execution][info["Executor ID"]] += int(accumulable.get("Update", 0))
+    return dict(sent)
+
+
+def plans(events: list[dict[str, Any]]) -> dict[int, str]:
+    """Each SQL execution's physical plan, as the event log describes it (its first plan and
+    every adaptive re-plan)."""
+    found: dict[int, str] = defaultdict(str)
+    for event in events:
+        if event["Event"].endswith(("SQLExecutionStart", "SQLAdaptiveExecutionUpdate")):
+            found[int(event["executionId"])] += event.get("physicalPlanDescription", "") + "\n"
+    return dict(found)
 
 
 def test_the_job_on_a_standalone_cluster_under_spark_submit(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, wheel: Path, tmp_path: Path
 ) -> None:
     assert JARS, "no jars in jars/spark: run `make jars`"
-    python = python_environment(tmp_path, build_wheel(tmp_path))
+    python = python_environment(tmp_path, wheel)
     where = run([str(python), "-c", "import streaming; print(streaming.__file__)"], cwd=tmp_path)
     assert where.startswith(str(tmp_path / "cdc-env")), where  # the wheel's, not the checkout's
 
@@ -412,18 +483,29 @@ def test_the_job_on_a_standalone_cluster_under_spark_submit(
         .to_pylist()
     }
     load, cdc = f"dms:sales/sales/Order/{LOAD_FILE}", f"dms:sales/sales/Order/{CDC_FILE}"
-    assert sorted(found) == sorted(["tx-1", "tx-2", load, cdc])
+    assert sorted(found) == sorted(["tx-1", "tx-2", "tx-3", "tx-4", load, cdc])
     assert {o.status for o in found.values()} == {Status.COMMITTED}
-    counts = {t: [(a.inserted, a.updated, a.deleted) for a in o.actions] for t, o in found.items()}
-    assert counts == {
-        "tx-1": [(2, 0, 0)],
-        "tx-2": [(0, 1, 0)],
-        load: [(LOADED, 0, 0)],
-        cdc: [(1, 1, 1)],
+    counts = {
+        t: [(a.inserted, a.updated, a.deleted, a.unchanged) for a in o.actions]
+        for t, o in found.items()
     }
+    assert counts == {
+        "tx-1": [(2, 0, 0, 0)],
+        "tx-2": [(0, 1, 0, 0)],
+        "tx-3": [(TAGGED, 0, 0, 0)],
+        "tx-4": [(1, 1, 0, 1)],
+        load: [(LOADED, 0, 0, 0)],
+        cdc: [(1, 1, 1, 0)],
+    }
+    # The map-typed schema's rows, folded by the wheel's Python code on the executors.
+    tagged = rows(warehouse / "petstore" / "petstore" / "Tagged", "id", "version", "name")
+    assert len(tagged) == TAGGED + 1
+    by_id = {r[0]: r for r in tagged}
+    assert (by_id["t00001"], by_id["t00002"]) == (("t00001", 2, "x"), ("t00002", 1, "x"))
+    assert by_id["t99999"] == ("t99999", 1, "new")
 
     # The application ran on the cluster: two executors, one per worker, both running tasks
-    # (the driver runs no task on a cluster); the large fold sent no rows to Python workers.
+    # (the driver runs no task on a cluster).
     app_id, log = event_log(events)
     *_, environment = [e for e in log if e["Event"] == "SparkListenerEnvironmentUpdate"]
     properties = dict(environment["Spark Properties"])
@@ -441,7 +523,20 @@ def test_the_job_on_a_standalone_cluster_under_spark_submit(
         e["Task Info"]["Executor ID"] for e in log if e["Event"] == "SparkListenerTaskEnd"
     )
     assert set(tasks) == set(executors), (tasks, executors)
-    assert sum(python_bytes_by_executor(log).values()) == 0, python_bytes_by_executor(log)
+    # Python workers on the executors folded the map-typed schema's rows: the metric is in the
+    # log, with bytes sent from the executors' tasks, in executions whose plans hold a Python
+    # node and read that schema. The orders' large fold (SQL, on the JVM) sent none: no
+    # execution that sent rows to Python reads the orders.
+    sent, described = python_bytes(log), plans(log)
+    assert sum(sum(by_executor.values()) for by_executor in sent.values()) > 0, sent
+    for execution, by_executor in sent.items():
+        assert set(by_executor) <= set(executors), (execution, by_executor)
+        if sum(by_executor.values()) == 0:
+            continue
+        plan = described[execution]
+        assert "MapInArrow" in plan and "Tagged" in plan, (execution, plan[:3000])
+        assert "sales" not in plan, (execution, plan[:3000])
+    assert any("sales/sales/Order" in plan for plan in described.values())
     for work_dir in cluster.work_dirs:  # each worker launched an executor of this application
         assert (work_dir / app_id).is_dir(), sorted(p.name for p in work_dir.iterdir())
 
