@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -83,7 +85,8 @@ def describe_settings(cfg: KafkaConfig, *, spark: bool) -> str:
     return "; ".join(said) or f"none (kafka.options and {own[0]} are empty: PLAINTEXT)"
 
 
-def _refused(cfg: KafkaConfig, *, spark: bool, answer: str) -> KafkaAuthError:
+def refused(cfg: KafkaConfig, *, spark: bool, answer: str) -> KafkaAuthError:
+    """The error naming the client the broker refused, its settings and the broker's answer."""
     client = SPARK_CLIENT if spark else CONFLUENT_CLIENT
     return KafkaAuthError(
         f"the Kafka broker ({cfg.bootstrap}) refused {client}: "
@@ -94,10 +97,11 @@ def _refused(cfg: KafkaConfig, *, spark: bool, answer: str) -> KafkaAuthError:
     )
 
 
-def check_client(cfg: KafkaConfig, timeout: float = CHECK_TIMEOUT) -> None:
+def check_client(cfg: KafkaConfig, timeout: float = CHECK_TIMEOUT, *, quiet: bool = False) -> None:
     """confluent-kafka connects (and authenticates) with ``kafka.options`` +
     ``kafka.client_options``, or ``KafkaAuthError``; settings librdkafka refuses are a
-    ``ConfigError`` naming the maps."""
+    ``ConfigError`` naming the maps. ``quiet``: a broker that does not answer is logged at DEBUG
+    (the running job's recheck), not as a warning."""
     errors: list[KafkaError] = []
     try:
         producer = Producer(cfg.client_options_for(error_cb=errors.append))
@@ -116,9 +120,10 @@ def check_client(cfg: KafkaConfig, timeout: float = CHECK_TIMEOUT) -> None:
         producer.poll(0)  # serves error_cb
         refusal = next((e for e in errors if e.code() in _LIBRDKAFKA_REFUSALS), None)
         if refusal is not None:
-            raise _refused(cfg, spark=False, answer=refusal.str())
+            raise refused(cfg, spark=False, answer=refusal.str())
         if time.monotonic() >= deadline:
-            log.warning(
+            log.log(
+                logging.DEBUG if quiet else logging.WARNING,
                 "confluent-kafka could not reach the Kafka broker (%s) within %.0fs: %s",
                 cfg.bootstrap,
                 timeout,
@@ -160,11 +165,11 @@ def _java_text(error: BaseException) -> str:
 
 
 def check_spark_source(
-    spark: SparkSession, cfg: KafkaConfig, timeout: float = CHECK_TIMEOUT
+    spark: SparkSession, cfg: KafkaConfig, timeout: float = CHECK_TIMEOUT, *, quiet: bool = False
 ) -> None:
     """Spark's Kafka source, with the job's options, fetches the offsets of the transactions
     topic on the driver (planning a batch read, no Spark job, no record read), or
-    ``KafkaAuthError``."""
+    ``KafkaAuthError``. ``quiet`` as for ``check_client``."""
     options = kafka_source_options(cfg)
     given = cfg.spark_client_options()
     if "default.api.timeout.ms" not in given and "request.timeout.ms" not in given:
@@ -186,10 +191,11 @@ def check_spark_source(
         text = scrub(_java_text(e), kafka_secrets(cfg))
         answer = java_refusal(text)
         if answer is not None:
-            raise _refused(cfg, spark=True, answer=answer) from None
+            raise refused(cfg, spark=True, answer=answer) from None
         lines = [line.strip(": \t") for line in text.splitlines()]
         first = next((line for line in lines if _JAVA_EXCEPTION.search(line)), lines[0])
-        log.warning(
+        log.log(
+            logging.DEBUG if quiet else logging.WARNING,
             "Spark's Kafka source could not read the offsets of %s at %s (%s); the query will "
             "keep trying",
             cfg.transactions_topic,
@@ -198,7 +204,68 @@ def check_spark_source(
         )
 
 
-def check_kafka(spark: SparkSession, cfg: KafkaConfig, timeout: float = CHECK_TIMEOUT) -> None:
+def check_kafka(
+    spark: SparkSession, cfg: KafkaConfig, timeout: float = CHECK_TIMEOUT, *, quiet: bool = False
+) -> None:
     """Both clients of the job, confluent-kafka first (the quicker to answer)."""
-    check_client(cfg, timeout)
-    check_spark_source(spark, cfg, timeout)
+    check_client(cfg, timeout, quiet=quiet)
+    check_spark_source(spark, cfg, timeout, quiet=quiet)
+
+
+def refusal_in(cfg: KafkaConfig, error: BaseException | str) -> KafkaAuthError | None:
+    """The ``KafkaAuthError`` of Spark's Kafka source when ``error`` (a failed query's) is the
+    Java client's authentication or authorization failure; None for any other error."""
+    text = scrub(error if isinstance(error, str) else _java_text(error), kafka_secrets(cfg))
+    answer = java_refusal(text)
+    return None if answer is None else refused(cfg, spark=True, answer=answer)
+
+
+def is_refusal(error: KafkaError) -> bool:
+    """Whether a librdkafka error is the broker refusing the credentials (or TLS failing)."""
+    return error.code() in _LIBRDKAFKA_REFUSALS
+
+
+class CredentialWatch:
+    """While the job runs, both clients' credentials are checked again every ``interval``
+    seconds, each with a new connection (``check_kafka``, quiet): a connection opened before
+    credentials were revoked may go on working until the broker closes it, a new one is refused
+    at once. The first refusal is kept in ``refused`` and handed to ``on_refused`` (which asks
+    the job to stop); the watch then ends. A broker that does not answer is not a refusal: the
+    query's own retries deal with it."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        cfg: KafkaConfig,
+        interval: float,
+        on_refused: Callable[[KafkaAuthError], None],
+    ) -> None:
+        self._spark, self._cfg, self._interval = spark, cfg, interval
+        self._on_refused = on_refused
+        self.refused: KafkaAuthError | None = None
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="cdc-kafka-recheck", daemon=True)
+
+    def start(self) -> CredentialWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _watch(self) -> None:
+        timeout = min(CHECK_TIMEOUT, max(self._interval, 1.0))
+        while not self._stopped.wait(self._interval):
+            try:
+                check_kafka(self._spark, self._cfg, timeout, quiet=True)
+            except KafkaAuthError as e:
+                if self._stopped.is_set():
+                    return
+                self.refused = e
+                log.error("%s", e.message.splitlines()[0])
+                self._on_refused(e)
+                return
+            except Exception as e:  # the JVM going away as the job ends, a broker hiccup
+                if self._stopped.is_set():
+                    return
+                log.debug("Kafka credentials recheck: %s", scrub(str(e), kafka_secrets(self._cfg)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Sequence
 
 from confluent_kafka import (
@@ -14,6 +15,7 @@ from confluent_kafka import (
 )
 
 from connectors.avro import AvroCodec, codec_for
+from connectors.kafka_check import is_refusal, refused
 from streaming.core.config import KafkaConfig
 from streaming.core.outcomes import Outcome
 
@@ -27,20 +29,37 @@ class _Delivery:
             self.errors.append(str(err))
 
 
-def _producer(cfg: KafkaConfig) -> Producer:
-    return Producer(cfg.client_options_for(acks="all", **{"enable.idempotence": True}))
+FLUSH_STEP = 1.0
+"""Seconds between two looks at the producer's errors while it waits for acknowledgements."""
+
+
+def _producer(cfg: KafkaConfig, errors: list[KafkaError]) -> Producer:
+    """An idempotent producer (acks=all) whose client errors land in ``errors``."""
+    return Producer(
+        cfg.client_options_for(acks="all", error_cb=errors.append, **{"enable.idempotence": True})
+    )
 
 
 def produce(
     cfg: KafkaConfig, topic: str, records: Iterable[tuple[str, bytes]], timeout: float = 60.0
 ) -> int:
     """Produce (key, value) records and wait until every one is acknowledged (acks=all)."""
-    return _send(_producer(cfg), topic, records, timeout)
+    errors: list[KafkaError] = []
+    return _send(cfg, _producer(cfg, errors), errors, topic, records, timeout)
 
 
 def _send(
-    producer: Producer, topic: str, records: Iterable[tuple[str, bytes]], timeout: float
+    cfg: KafkaConfig,
+    producer: Producer,
+    errors: list[KafkaError],
+    topic: str,
+    records: Iterable[tuple[str, bytes]],
+    timeout: float,
 ) -> int:
+    """Send ``records`` and wait until all are acknowledged, at most ``timeout`` seconds. The
+    broker refusing the credentials ends the wait at once with ``KafkaAuthError`` (librdkafka
+    would retry until the messages time out: minutes)."""
+    errors.clear()
     delivery = _Delivery()
     count = 0
     for key, value in records:
@@ -50,14 +69,28 @@ def _send(
                 break
             except BufferError:
                 producer.poll(0.5)
+                _raise_refusal(cfg, errors)
         count += 1
         producer.poll(0)
-    remaining = producer.flush(timeout)
+    deadline = time.monotonic() + timeout
+    remaining = producer.flush(min(FLUSH_STEP, timeout))
+    while remaining:
+        _raise_refusal(cfg, errors)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        remaining = producer.flush(min(FLUSH_STEP, left))
     if remaining or delivery.errors:
         raise KafkaException(
             f"{remaining} record(s) not delivered to {topic}; errors: {delivery.errors[:3]}"
         )
     return count
+
+
+def _raise_refusal(cfg: KafkaConfig, errors: list[KafkaError]) -> None:
+    refusal = next((e for e in errors if is_refusal(e)), None)
+    if refusal is not None:
+        raise refused(cfg, spark=False, answer=refusal.str())
 
 
 def encode_outcome(outcome: Outcome, codec: AvroCodec | None) -> bytes:
@@ -82,13 +115,21 @@ class OutcomePublisher:
     def __init__(self, cfg: KafkaConfig, codec: AvroCodec | None, timeout: float = 60.0) -> None:
         self._cfg, self._codec, self._timeout = cfg, codec, timeout
         self._producer: Producer | None = None
+        self._errors: list[KafkaError] = []
 
     def __call__(self, outcomes: Sequence[Outcome]) -> None:
         if self._producer is None:
-            self._producer = _producer(self._cfg)
+            self._producer = _producer(self._cfg, self._errors)
         records = ((o.transaction_id or "", encode_outcome(o, self._codec)) for o in outcomes)
         try:
-            _send(self._producer, self._cfg.outcomes_topic, records, self._timeout)
+            _send(
+                self._cfg,
+                self._producer,
+                self._errors,
+                self._cfg.outcomes_topic,
+                records,
+                self._timeout,
+            )
         except BaseException:
             self._producer = None
             raise

@@ -39,6 +39,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _config(args)
     spark = build_session(cfg.spark, verbose=args.verbose)
     stop = Job.create(spark, cfg).run(once=args.once, signals=True)
+    if stop is not None and stop.error is not None:  # the job stopped itself (e.g. refused)
+        if not stop.clean:  # a batch left to the replay: say why, then end as a crash would
+            _print_error(stop.error)
+            end_now(spark, 2)
+        raise stop.error
     if stop is not None and not stop.clean:  # a batch left to the replay: end as a crash would
         end_now(spark, 0)
     return 0
@@ -356,8 +361,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except CdcError as e:
-        print(f"cdc: error [{e.code}]: {e.message}", file=sys.stderr)
+        _print_error(e)
         return 2
+
+
+def _print_error(error: CdcError) -> None:
+    print(f"cdc: error [{error.code}]: {error.message}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -298,6 +298,24 @@ class KafkaConfig(_Strict):
         validate_default=True,
         description="Avro schemas; required with `format: avro` (`registry` or `schemas`)",
     )
+    recheck_interval: str = Field(
+        "10 seconds",
+        description="How often the running job opens a new connection with each client's "
+        "credentials to see that the broker still accepts them: credentials revoked while it "
+        "runs stop it with KAFKA_AUTH_FAILED (exit 2) within about this time, not after Spark's "
+        "source has retried for a minute or more. `0 seconds`: no recheck (a connection open "
+        "before the revocation keeps working until the broker closes it)",
+    )
+
+    @field_validator("recheck_interval")
+    @classmethod
+    def _recheck_duration(cls, value: str) -> str:
+        duration_seconds(value)
+        return value
+
+    @property
+    def recheck_seconds(self) -> int:
+        return duration_seconds(self.recheck_interval)
 
     @field_validator("options", "client_options")
     @classmethod

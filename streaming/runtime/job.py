@@ -9,14 +9,16 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import NoReturn
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from connectors.avro import AvroRequestDecoder, codec_for
-from connectors.kafka_check import check_kafka
+from connectors.kafka_check import CredentialWatch, check_kafka, refusal_in
 from connectors.kafka_io import OutcomePublisher, outcome_publisher
 from connectors.sources import RAW_COLUMNS, dms_files, kafka_requests, landing_requests
 from streaming.core.batch import decode_json_request
@@ -142,6 +144,7 @@ class Job:
             shuffle_partitions=cfg.spark.shuffle_partitions,
             publish=outcome_publisher(kafka) if kafka else None,
             decode=AvroRequestDecoder(codec) if codec else decode_json_request,
+            refusal=partial(refusal_in, kafka) if kafka else None,
         )
         return cls(spark, cfg, datasets, layout, sink)
 
@@ -176,11 +179,13 @@ class Job:
         (``end_now``). None: the query ended by itself (``once``)."""
         shutdown = Shutdown(self.cfg.shutdown.grace_seconds)
         self.sink.gate = BatchGate()  # open, also after an earlier run that was stopped
+        self.sink.failure = None
         query = self.start(once=once)
+        watch = self._watch_credentials(shutdown)
         stop: Stop | None = None
         try:
             with shutdown.handling() if signals else contextlib.nullcontext(shutdown):
-                while not query.awaitTermination(POLL_SECONDS):  # type: ignore[arg-type]
+                while not _ended(query):
                     if shutdown.requested:
                         stop = self._stop_on_signal(query, shutdown)
                         break
@@ -194,15 +199,45 @@ class Job:
                             shutdown.grace,
                         )
         finally:
+            if watch is not None:
+                watch.stop()
             self._stop_listening(query)
+        refusal = watch.refused if watch is not None else None
         if stop is not None:
             log.info("%s", stop.describe())
+            if refusal is not None:
+                return replace(stop, error=refusal)
             if not stop.clean:
                 return stop
         error = query.exception()
         if error is not None and not (stop is not None and StopRequested.__name__ in str(error)):
-            raise RuntimeError(f"streaming query failed: {error}")
+            raise self._failure(error)
         return stop
+
+    def _watch_credentials(self, shutdown: Shutdown) -> CredentialWatch | None:
+        """With Kafka, both clients' credentials checked again every ``kafka.recheck_interval``
+        while the query runs; a refusal stops the job as a signal would
+        (``connectors.kafka_check.CredentialWatch``)."""
+        kafka = self.cfg.kafka
+        if kafka is None or kafka.recheck_seconds <= 0:
+            return None
+        return CredentialWatch(
+            self.spark,
+            kafka,
+            kafka.recheck_seconds,
+            on_refused=lambda error: shutdown.request(error.code),
+        ).start()
+
+    def _failure(self, error: BaseException) -> Exception:
+        """What a failed query ends ``run`` with: the coded error a batch raised (the sink kept
+        it), the broker refusing Spark's Kafka source (``KAFKA_AUTH_FAILED``), else the query's
+        error."""
+        if self.sink.failure is not None:
+            return self.sink.failure
+        refusal = refusal_in(self.cfg.kafka, error) if self.cfg.kafka is not None else None
+        if refusal is not None:
+            return refusal
+        return RuntimeError(f"streaming query failed: {error}")
 
     def _stop_on_signal(self, query: StreamingQuery, shutdown: Shutdown) -> Stop:
         """Close the sink's gate (no batch starts any more), wait for the running batch to
@@ -273,6 +308,15 @@ class Job:
         PY4J_LOG.removeFilter(QUIET_STOP)
         if isinstance(self.sink.publish, OutcomePublisher):
             self.sink.publish.close()
+
+
+def _ended(query: StreamingQuery) -> bool:
+    """Whether the query has ended, waiting up to ``POLL_SECONDS`` for it. A query that failed
+    has ended too (``awaitTermination`` raises its error; ``run`` reads it from the query)."""
+    try:
+        return bool(query.awaitTermination(POLL_SECONDS))  # type: ignore[arg-type]
+    except StreamingQueryException:
+        return True
 
 
 def end_now(spark: SparkSession, code: int = 0) -> NoReturn:

@@ -136,7 +136,11 @@ class ProgressListener(StreamingQueryListener):
         if str(event.id) not in self._ids:
             return
         if event.exception:
-            log.error("query %s failed: %s", self.query_name, event.exception)
+            # One line: ``cdc run`` ends with the whole error (a coded one with its code line).
+            first, _, rest = str(event.exception).partition("\n")
+            log.error("query %s failed: %s", self.query_name, first)
+            if rest:
+                log.debug("query %s failed: %s", self.query_name, event.exception)
         else:
             log.info("query %s terminated", self.query_name)
         self.terminated.set()

@@ -92,6 +92,12 @@ class Sink:
     """Small tombstones tables held on the driver between batches (``storage.tombstones``)."""
     committed_ids: ledger.HeldIds = field(default_factory=ledger.HeldIds, init=False)
     """The ledger's ids held on the driver between batches (``ledger.HeldIds``)."""
+    refusal: Callable[[BaseException], CdcError | None] | None = None
+    """The coded error a failure of a batch stands for, if any (the job's Kafka clients refused:
+    ``connectors.kafka_check.refusal_in``)."""
+    failure: CdcError | None = field(default=None, init=False)
+    """The coded error that failed the last failed batch (e.g. ``KAFKA_AUTH_FAILED`` while
+    publishing its outcomes)."""
     _finished: int | None = field(default=None, init=False)
     """The last batch this sink ran to its end (``replay_possible``)."""
     _held: list[DataFrame] = field(default_factory=list, init=False)
@@ -126,6 +132,15 @@ class Sink:
                 self.process(raws, batch_id)
             self._finished = batch_id
             done = True
+        except CdcError as e:  # the query fails with it: ``Job.run`` ends with its code
+            self.failure = e
+            raise
+        except Exception as e:
+            coded = self.refusal(e) if self.refusal is not None else None
+            if coded is None:
+                raise
+            self.failure = coded  # e.g. the broker refused Spark's Kafka source reading the batch
+            raise coded from None
         finally:
             self.gate.leave(done=done)
 

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from enum import Enum
 from types import FrameType
 
+from streaming.core.errors import CdcError
+
 log = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -126,6 +128,9 @@ class Stop:
     seconds: float
     """From the signal to the query stopped (or to giving up on it)."""
     grace: int
+    error: CdcError | None = None
+    """Why the job stopped itself, when no signal did (``Shutdown.request``): ``cdc run``
+    ends with its code and exit 2."""
 
     @property
     def clean(self) -> bool:
@@ -167,6 +172,12 @@ class Shutdown:
     def deadline(self) -> float:
         return self.at + self.grace
 
+    def request(self, reason: str) -> None:
+        """A stop the job asks for itself (e.g. the broker refused its credentials), taken as a
+        first signal named ``reason``; any thread may call it."""
+        if self.signal is None:
+            self.signal, self.at = reason, time.monotonic()
+
     def receive(self, signum: int, _frame: FrameType | None = None) -> None:
         """The signal handler: only records (it runs between two bytecodes of the main thread,
         which may hold any lock; the main thread's wait loop acts on it)."""
@@ -192,8 +203,10 @@ class Shutdown:
 
 class QuietStop(logging.Filter):
     """Drops py4j's record of the sink's ``StopRequested`` (py4j logs, with its traceback, every
-    exception a Python callback raises; this one is the stop working as meant)."""
+    exception a Python callback raises; this one is the stop working as meant), and of a
+    ``CdcError`` a batch raised (the job ends with its code line)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        return not isinstance(error, StopRequested)
+        # A coded error ends the job with its code line (``Job.run``): no traceback besides.
+        return not isinstance(error, StopRequested | CdcError)

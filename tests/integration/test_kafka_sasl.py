@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,12 +24,23 @@ from pathlib import Path
 import deltalake
 import pytest
 import yaml
+from confluent_kafka import Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
 
+from connectors.kafka_check import KafkaAuthError
+from connectors.kafka_io import produce
 from streaming.cli.main import main
+from streaming.core.config import KafkaConfig
 from streaming.core.layout import Layout
 from streaming.core.outcomes import Outcome, Status
 from tests.support import request, upsert
-from tests.support.cdc import cdc_env, run_cdc
+from tests.support.cdc import cdc_env, kill_group, run_cdc, start_cdc, wait_until
 from tests.support.datasets import DOG
 from tests.support.kafka import end_offsets, read_values
 from tests.support.kafka_broker import LocalKafkaBroker
@@ -36,15 +48,23 @@ from tests.support.kafka_broker import LocalKafkaBroker
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 USER = "cdc-alice"
+REVOKED = "cdc-bob"  # the user whose credentials the revocation test deletes
 PASSWORD = f"sasl-right-{uuid.uuid4().hex[:12]}"
 WRONG = f"sasl-wrong-{uuid.uuid4().hex[:12]}"
 MECHANISM = "SCRAM-SHA-512"  # the broker has the user for SCRAM-SHA-256 and -512
 TRANSACTIONS, OUTCOMES = "sasl.transactions", "sasl.outcomes"
+REAUTH_MS = 3000
+"""The broker asks a connection to authenticate again after this long (KIP-368's
+``connections.max.reauth.ms``): a connection opened before a revocation then fails too."""
 
 
 @pytest.fixture(scope="module")
 def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaBroker]:
-    broker = LocalKafkaBroker(tmp_path_factory.mktemp("kafka-sasl"), scram_users={USER: PASSWORD})
+    broker = LocalKafkaBroker(
+        tmp_path_factory.mktemp("kafka-sasl"),
+        scram_users={USER: PASSWORD, REVOKED: PASSWORD},
+        properties={"connections.max.reauth.ms": str(REAUTH_MS)},
+    )
     broker.start()
     try:
         broker.create_topics([TRANSACTIONS, OUTCOMES])  # over PLAINTEXT: the test's own access
@@ -53,11 +73,11 @@ def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka
         broker.stop()
 
 
-def secrets_env(*, spark: str, client: str) -> dict[str, str]:
+def secrets_env(*, spark: str, client: str, user: str = USER) -> dict[str, str]:
     """The two secrets as docs/deploy.md §7 exports them (YAML merged into the file's maps)."""
     jaas = (
         "org.apache.kafka.common.security.scram.ScramLoginModule required "
-        f'username=\\"{USER}\\" password=\\"{spark}\\";'
+        f'username=\\"{user}\\" password=\\"{spark}\\";'
     )
     return {
         "CDC_KAFKA__CLIENT_OPTIONS": f'{{sasl.password: "{client}"}}',
@@ -196,3 +216,145 @@ def test_sasl_scram_publish_run_results_refused_with_wrong_credentials_and_no_se
     for secret in (PASSWORD, WRONG):
         leaks = [text for text in everything if secret in text]
         assert not leaks, f"a secret in: {leaks[0][:2000]}"
+
+
+# -- credentials revoked while the job runs (issue 37) -------------------------------------------
+REVOKED_TRANSACTIONS, REVOKED_OUTCOMES = "revoked.transactions", "revoked.outcomes"
+
+
+def _scram(broker: LocalKafkaBroker, user: str, password: str | None) -> None:
+    """Delete ``user``'s SCRAM credentials (``password`` None) or set them again, for both
+    mechanisms, as an operator revoking or restoring them would (over PLAINTEXT)."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+        change = (
+            UserScramCredentialDeletion(user, mechanism)
+            if password is None
+            else UserScramCredentialUpsertion(
+                user, ScramCredentialInfo(mechanism, 4096), password.encode()
+            )
+        )
+        for done in admin.alter_user_scram_credentials([change]).values():
+            done.result(timeout=30)  # one alteration per request: the broker refuses two
+
+
+def _publish(broker: LocalKafkaBroker, topic: str, *lines: str) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for line in lines:
+        producer.produce(topic, key=b"petstore", value=line.encode())
+    assert producer.flush(30) == 0
+
+
+def test_credentials_revoked_while_the_job_runs_stop_it_with_kafka_auth_failed(
+    spark: object,  # `cdc run --once` in this process at the end gets the session's
+    sasl_broker: LocalKafkaBroker,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A running `cdc run` whose user is deleted on the broker stops by itself within seconds
+    (``kafka.recheck_interval``): exit 2, the KAFKA_AUTH_FAILED line naming the client, no
+    Python traceback, no secret. What came meanwhile is applied once the user is back — once."""
+    for key in [k for k in os.environ if k.startswith("CDC_")]:
+        monkeypatch.delenv(key)
+    sasl_broker.create_topics([REVOKED_TRANSACTIONS, REVOKED_OUTCOMES])
+    (tmp_path / "petstore.yaml").write_text(DOG)
+    for n in (1, 2):
+        data = tmp_path / "data" / f"r{n}" / "petstore" / "Dog" / "part.json"
+        data.parent.mkdir(parents=True)
+        data.write_text(f'{{"id": "dog{n}", "name": "Rex {n}"}}\n')
+    config = tmp_path / "cdc.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "warehouse": "./warehouse",
+                "checkpoints": "./checkpoints",
+                "datasets": {"petstore": "petstore.yaml"},
+                "landing": {},
+                "allowed_locations": ["./data"],
+                "base_dir": str(tmp_path),
+                "spark": {"shuffle_partitions": 2},
+                "trigger": {"interval": "1 second"},
+                "kafka": {
+                    "bootstrap": sasl_broker.sasl_bootstrap,
+                    "transactions_topic": REVOKED_TRANSACTIONS,
+                    "outcomes_topic": REVOKED_OUTCOMES,
+                    "options": {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": MECHANISM},
+                    "client_options": {"sasl.username": REVOKED},
+                    "recheck_interval": "2 seconds",
+                },
+            }
+        )
+    )
+    secrets = secrets_env(spark=PASSWORD, client=PASSWORD, user=REVOKED)
+    layout = Layout(str(tmp_path / "warehouse"), str(tmp_path / "checkpoints"), "cdc")
+    _publish(sasl_broker, REVOKED_TRANSACTIONS, request("tx-r1", upsert("./data/r1")))
+
+    # 1. The job runs and applies tx-r1; then the user is deleted while it waits for more.
+    log = tmp_path / "cdc.log"
+    job = start_cdc(
+        "run", "--config", str(config), cwd=tmp_path, log=log, env=cdc_env(secrets, drop=["CDC_"])
+    )
+    try:
+        wait_until(
+            "tx-r1's outcome event",
+            lambda: len(read_values(sasl_broker.bootstrap, REVOKED_OUTCOMES)) == 1,
+            job,
+            log,
+            timeout=300,
+        )
+        _scram(sasl_broker, REVOKED, None)
+        revoked = time.monotonic()
+        code = job.wait(timeout=120)
+        took = time.monotonic() - revoked
+    finally:
+        kill_group(job)
+    said = log.read_text(errors="replace")
+    assert code == 2, said[-3000:]
+    # The recheck's period, a check's round trip, the stop between batches: seconds, not the
+    # minute and more Spark's source retries for.
+    assert took < 30, (took, said[-3000:])
+    lines = [line for line in said.splitlines() if line.startswith("cdc: error")]
+    assert lines and lines[-1].startswith("cdc: error [KAFKA_AUTH_FAILED]: the Kafka broker"), said
+    assert "refused" in lines[-1] and "Authentication failed" in lines[-1], lines
+    assert "stopping on KAFKA_AUTH_FAILED" in said, said[-3000:]
+    assert "Traceback (most recent call last)" not in said, said[-3000:]
+    assert PASSWORD not in said
+
+    # 2. A request sent meanwhile waits; with the user back it is applied, and nothing twice.
+    _publish(sasl_broker, REVOKED_TRANSACTIONS, request("tx-r2", upsert("./data/r2")))
+    _scram(sasl_broker, REVOKED, PASSWORD)
+    for key, value in secrets.items():
+        monkeypatch.setenv(key, value)
+    capfd.readouterr()
+    assert main(["run", "--once", "--config", str(config)]) == 0, capfd.readouterr().err
+    rows = deltalake.DeltaTable(layout.outcomes).to_pyarrow_table(
+        columns=["transaction_id", "status"]
+    )
+    assert sorted((r["transaction_id"], r["status"]) for r in rows.to_pylist()) == [
+        ("tx-r1", "COMMITTED"),
+        ("tx-r2", "COMMITTED"),
+    ]
+    events = [Outcome.from_json(v) for v in read_values(sasl_broker.bootstrap, REVOKED_OUTCOMES)]
+    assert sorted(o.transaction_id for o in events) == ["tx-r1", "tx-r2"]
+    dogs = deltalake.DeltaTable(layout.table("petstore", "petstore.Dog")).to_pyarrow_table()
+    assert sorted(r["id"] for r in dogs.to_pylist()) == ["dog1", "dog2"]
+
+
+def test_the_outcome_producer_stops_waiting_when_the_broker_refuses_it(
+    sasl_broker: LocalKafkaBroker,
+) -> None:
+    """A producer the broker refuses (a wrong password) fails with KAFKA_AUTH_FAILED at the
+    first look at its errors, not after its acknowledgement timeout (60 s): librdkafka would
+    keep the records and retry until they expire."""
+    cfg = KafkaConfig(
+        bootstrap=sasl_broker.sasl_bootstrap,
+        options={"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": MECHANISM},
+        client_options={"sasl.username": USER, "sasl.password": WRONG},
+    )
+    started = time.monotonic()
+    with pytest.raises(KafkaAuthError) as refused:
+        produce(cfg, REVOKED_TRANSACTIONS, [("k", b"v")], timeout=60)
+    assert time.monotonic() - started < 15
+    assert "refused confluent-kafka" in refused.value.message
+    assert WRONG not in refused.value.message

@@ -114,9 +114,11 @@ class LocalKafkaBroker:
         host: str = HOST,
         scram_users: Mapping[str, str] | None = None,
         sasl_port: int | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> None:
         """``scram_users`` (name → password) opens the SASL listener on ``sasl_port`` (default:
-        a free port) with those users, for SCRAM-SHA-256 and SCRAM-SHA-512."""
+        a free port) with those users, for SCRAM-SHA-256 and SCRAM-SHA-512. ``properties``: more
+        broker settings (e.g. ``connections.max.reauth.ms``), over the ones written here."""
         self.workdir = Path(workdir).resolve()
         self.host = host
         self.port = port or free_port(host)
@@ -124,6 +126,7 @@ class LocalKafkaBroker:
         self.jars_dir = Path(jars_dir or DEFAULT_JARS_DIR).resolve()
         self.scram_users = dict(scram_users or {})
         self.sasl_port = (sasl_port or free_port(host)) if self.scram_users else None
+        self.properties = dict(properties or {})
         # The ports this object picked (not given): only those may move when one was taken
         # between picking and binding, and only until the broker first served on them.
         self._picked = {
@@ -349,6 +352,7 @@ class LocalKafkaBroker:
                 props[f"{prefix}.{mechanism.lower()}.sasl.jaas.config"] = (
                     "org.apache.kafka.common.security.scram.ScramLoginModule required;"
                 )
+        props.update(self.properties)
         self.config_file.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (self.workdir / "log4j2.yaml").write_text(LOG4J2.format(log=self.log_file))
 

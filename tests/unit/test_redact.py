@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from connectors.kafka_check import describe_settings, java_refusal, kafka_secrets
-from streaming.core.config import parse_config
+from connectors.kafka_check import describe_settings, java_refusal, kafka_secrets, refusal_in
+from streaming.core.config import KafkaConfig, parse_config
 from streaming.core.redact import MASK, is_secret_key, option_secrets, redact_options, scrub
 
 JAAS = (
@@ -123,3 +123,30 @@ def test_java_refusal_is_told_from_other_errors() -> None:
         "TimeoutException: Timed out waiting for a node assignment. Call: describeTopics"
     )
     assert java_refusal(timeout) is None
+
+
+def test_a_failed_querys_refusal_names_spark_s_client_without_the_secret() -> None:
+    """What a query ends with when the broker refused its source mid-run (the text Spark gives,
+    the JAAS line with its password inside), and any other failure."""
+    cfg = KafkaConfig(
+        bootstrap="b:9093",
+        options={"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"},
+        spark_options={
+            "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+            'required username="u" password="s3cret-pw";'
+        },
+    )
+    failed = (
+        "[STREAM_FAILED] Query [id = 1] terminated with exception: "
+        "org.apache.kafka.common.errors.SaslAuthenticationException: Authentication failed "
+        "during re-authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512 "
+        'SQLSTATE: XXKST (password="s3cret-pw")'
+    )
+    error = refusal_in(cfg, failed)
+    assert error is not None and error.code == "KAFKA_AUTH_FAILED"
+    assert error.message.startswith("the Kafka broker (b:9093) refused Spark's Kafka source")
+    assert "SaslAuthenticationException: Authentication failed during re-authentication" in (
+        error.message
+    )
+    assert "s3cret-pw" not in error.message
+    assert refusal_in(cfg, "java.util.concurrent.TimeoutException: Timed out waiting") is None
