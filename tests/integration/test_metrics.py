@@ -123,7 +123,9 @@ def test_a_scrape_between_batches_shows_what_they_did(spark: SparkSession, ws: W
         commits = commits_between(before, versions(ws))
         assert commits > 0
         assert labelled(first, "cdc_delta_commits_total") == {(): commits}
+        # The batch's own count (its progress line): the jobs between its start and end.
         (jobs,) = labelled(first, "cdc_spark_jobs_total").values()
+        assert jobs == job.sink.history[-1]["sparkJobs"]
         assert 0 < jobs <= _next_job(spark) - jobs_before
         (last,) = labelled(first, "cdc_last_batch_timestamp_seconds").values()
         assert t0 <= last <= t1
