@@ -4,6 +4,7 @@ outcomes, the Delta logs of the tables, the landing folder and the clock."""
 
 from __future__ import annotations
 
+import socket
 import time
 import urllib.request
 from collections import Counter
@@ -17,6 +18,7 @@ from pyspark.sql import SparkSession
 from streaming.core.outcomes import Outcome, Status
 from streaming.runtime.job import Job
 from tests.support import Workspace, request, upsert
+from tests.support.cdc import cdc_env, run_cdc
 from tests.support.datasets import DOG_CAT, DOG_CAT_TABLES
 from tests.support.ports import HOST, free_port, retry_on_port_clash
 
@@ -174,3 +176,27 @@ def test_a_scrape_between_batches_shows_what_they_did(spark: SparkSession, ws: W
 def _next_job(spark: SparkSession) -> int:
     scheduler = spark.sparkContext._jsc.sc().dagScheduler()  # type: ignore[union-attr]
     return int(scheduler.nextJobId())
+
+
+def test_cdc_run_with_the_metrics_port_taken_stops_at_startup_saying_what_to_do(
+    ws: Workspace,
+) -> None:
+    """``cdc run``: exit 2 with the code and what to do; it consumed nothing (no checkpoint)."""
+    ws.dataset("petstore", DOG_CAT)
+    ws.requests(request("tx-1", upsert("./data/one")))
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cfg = ws.config(metrics={"enabled": True, "host": HOST, "port": port})
+        (ws.root / "cdc.json").write_text(cfg.model_dump_json())
+        done = run_cdc(
+            "run", "--once", "--config", "cdc.json", cwd=ws.root, env=cdc_env(drop=("CDC_",))
+        )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert (
+        f"cdc: error [METRICS_PORT_IN_USE]: metrics.port {port} on {HOST} is in use" in done.stderr
+    ), done.stderr[-2000:]
+    assert "set metrics.port (CDC_METRICS__PORT) to a free port" in done.stderr
+    assert not (ws.root / "checkpoints").exists()
+    assert not (ws.root / "warehouse").exists()
