@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse, urlsplit
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -78,6 +78,10 @@ def kafka_requests(spark: SparkSession, cfg: KafkaConfig) -> DataFrame:
     )
 
 
+LANDING_GLOBS = {"transactions": "*.json*", "dms": "*.parquet"}
+"""The files each landing folder's source reads (``landing.transactions``, ``landing.dms``)."""
+
+
 def _files(
     spark: SparkSession, cfg: LandingConfig, folder: str, glob: str, kind: str, payload: Column
 ) -> DataFrame:
@@ -85,8 +89,7 @@ def _files(
     reader = (
         spark.readStream.format("binaryFile")
         .schema(BINARY_FILE_SCHEMA)
-        .option("recursiveFileLookup", "true")
-        .option("pathGlobFilter", glob)
+        .options(**_file_options(glob))
     )
     if cfg.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", cfg.max_files_per_trigger)
@@ -100,15 +103,124 @@ def _files(
     )
 
 
+def _file_options(glob: str) -> dict[str, str]:
+    """The options that choose a landing source's files: every file under the folder, its
+    subfolders included, whose name matches ``glob`` (Spark leaves out names starting with
+    ``_`` or ``.``)."""
+    return {"recursiveFileLookup": "true", "pathGlobFilter": glob}
+
+
 def landing_requests(spark: SparkSession, cfg: LandingConfig, folder: str) -> DataFrame:
     """Request files (JSON lines) dropped into the landing folder, each file read whole."""
-    return _files(spark, cfg, folder, "*.json*", "landing", F.col("content"))
+    glob = LANDING_GLOBS["transactions"]
+    return _files(spark, cfg, folder, glob, "landing", F.col("content"))
 
 
 def dms_files(spark: SparkSession, cfg: LandingConfig, folder: str) -> DataFrame:
     """DMS Parquet change files dropped into the landing zone (listed only; read when applied:
     Spark does not read the content of a binary file whose ``content`` is not selected)."""
-    return _files(spark, cfg, folder, "*.parquet", "dms", F.lit(b"").cast("binary"))
+    glob = LANDING_GLOBS["dms"]
+    return _files(spark, cfg, folder, glob, "dms", F.lit(b"").cast("binary"))
+
+
+# -- what the file sources have not read yet -------------------------------------------------
+
+
+def unread_landing_files(
+    spark: SparkSession, cfg: LandingConfig, checkpoint: str
+) -> dict[str, int]:
+    """Per landing folder of ``cfg`` (``transactions``, ``dms``): how many of its files the
+    query whose checkpoint is ``checkpoint`` has not taken into a micro-batch yet.
+
+    The folder is listed as its stream lists it (Spark's file index with the same options: the
+    same files, written the same way), without a Spark job; then the file sources' logs in the
+    checkpoint (``sources/<n>/``: every file a batch took, written when the batch is planned)
+    are read. Listed first, read second: a file taken in between counts as taken. A folder
+    that is not there has none."""
+    listed: dict[str, set[str]] = {}
+    for name, folder in (("transactions", cfg.transactions), ("dms", cfg.dms)):
+        if folder:
+            listed[name] = {_comparable(p) for p in _listed_files(spark, folder, name)}
+    if not listed:
+        return {}
+    taken = {_comparable(p) for p in _taken_files(spark, checkpoint)}
+    return {name: len(paths - taken) for name, paths in listed.items()}
+
+
+def _listed_files(spark: SparkSession, folder: str, name: str) -> list[str]:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    path = jvm.org.apache.hadoop.fs.Path(folder)
+    if not path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(path):
+        return []
+    frame = (
+        spark.read.format("binaryFile")
+        .schema(BINARY_FILE_SCHEMA)
+        .options(**_file_options(LANDING_GLOBS[name]))
+        .load(folder)
+    )
+    # One py4j call for the whole list, not one per file (Hadoop's join takes a String[]).
+    joined = str(jvm.org.apache.hadoop.util.StringUtils.join("\n", frame._jdf.inputFiles()))
+    return [p for p in joined.split("\n") if p]
+
+
+def _taken_files(spark: SparkSession, checkpoint: str) -> list[str]:
+    """Every file the checkpoint's file sources logged (Kafka sources log none)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    root = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/sources")
+    fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(root):
+        return []
+    files: list[str] = []
+    for source in fs.listStatus(root):
+        if not source.isDirectory():
+            continue
+        names = [str(status.getPath().getName()) for status in fs.listStatus(source.getPath())]
+        texts = {}
+        for name in source_log_files(names):
+            stream = fs.open(jvm.org.apache.hadoop.fs.Path(source.getPath(), name))
+            try:
+                texts[name] = str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+            finally:
+                stream.close()
+        files += source_log_paths(texts)
+    return files
+
+
+def source_log_files(names: Iterable[str]) -> list[str]:
+    """The files of a file source's log (Spark's ``FileStreamSourceLog``) that together hold
+    every entry: the latest ``<n>.compact`` (all entries up to batch n) and the batches after
+    it. Temporary and other files are left out."""
+    batches: dict[int, str] = {}
+    for name in names:
+        number = name.removesuffix(".compact")
+        if number.isdigit():
+            batches[int(number)] = name
+    compact = max((n for n, name in batches.items() if name.endswith(".compact")), default=-1)
+    return [batches[n] for n in sorted(batches) if n >= compact]
+
+
+def source_log_paths(texts: Mapping[str, str]) -> list[str]:
+    """The ``path`` of every entry of a file source's log files (a version line, ``v1``, then one
+    JSON object per line); a source whose log holds other entries (Kafka's first offsets) has
+    none."""
+    paths: list[str] = []
+    for text in texts.values():
+        for line in text.splitlines()[1:]:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+                paths.append(entry["path"])
+    return paths
+
+
+def _comparable(path: str) -> str:
+    """A file's path as one string whatever way a URI spells it (``file:/a``, ``file:///a``)."""
+    parts = urlsplit(path)
+    return f"{parts.scheme or 'file'}://{parts.netloc}{unquote(parts.path)}"
 
 
 def dms_request(path: str, zone: str) -> bytes:

@@ -38,7 +38,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     spark = build_session(cfg.spark, verbose=args.verbose)
-    stop = Job.create(spark, cfg).run(once=args.once, signals=True)
+    job = Job.create(spark, cfg)
+    try:
+        stop = job.run(once=args.once, signals=True)
+    finally:
+        job.close()
     if stop is not None and stop.error is not None:  # the job stopped itself (e.g. refused)
         if not stop.clean:  # a batch left to the replay: say why, then end as a crash would
             _print_error(stop.error)

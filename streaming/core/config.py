@@ -460,6 +460,21 @@ class LogConfig(_Strict):
         return value.upper() if isinstance(value, str) else value
 
 
+class MetricsConfig(_Strict):
+    """Prometheus metrics of the running job (docs/operations.md), off by default."""
+
+    enabled: bool = Field(
+        False, description="Serve the metrics at `http://<host>:<port>/metrics` while the job runs"
+    )
+    port: int = Field(9464, ge=1, le=65535, description="TCP port of the metrics endpoint")
+    host: str = Field(
+        "0.0.0.0",
+        description="Address the endpoint binds: `0.0.0.0` = every interface (what a Prometheus "
+        "that scrapes the pod's or host's IP needs, e.g. in Kubernetes); `127.0.0.1` = this "
+        "machine only",
+    )
+
+
 class AppConfig(_Strict):
     """Top-level configuration of the CDC processor (``cdc.yaml``)."""
 
@@ -481,6 +496,7 @@ class AppConfig(_Strict):
     shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     query_name: str = Field(
         "cdc", description="Streaming query name; its checkpoint is `<checkpoints>/<query_name>`"
     )

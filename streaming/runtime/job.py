@@ -20,12 +20,19 @@ from pyspark.sql.streaming.query import StreamingQuery
 from connectors.avro import AvroRequestDecoder, codec_for
 from connectors.kafka_check import CredentialWatch, check_kafka, refusal_in
 from connectors.kafka_io import OutcomePublisher, outcome_publisher
-from connectors.sources import RAW_COLUMNS, dms_files, kafka_requests, landing_requests
+from connectors.sources import (
+    RAW_COLUMNS,
+    dms_files,
+    kafka_requests,
+    landing_requests,
+    unread_landing_files,
+)
 from streaming.core.batch import decode_json_request
 from streaming.core.catalog import Dataset, load_dataset
 from streaming.core.config import AppConfig
 from streaming.core.errors import ConfigError
 from streaming.core.layout import Layout
+from streaming.runtime.metrics import Exporter, Metrics, serve
 from streaming.runtime.observe import ProgressListener
 from streaming.runtime.sink import Sink
 from streaming.runtime.stopping import (
@@ -115,16 +122,46 @@ class Job:
     datasets: dict[str, Dataset]
     layout: Layout
     sink: Sink
+    exporter: Exporter | None = None
+    """The metrics endpoint (``metrics.enabled``), served until ``close``."""
     listener: ProgressListener = field(init=False)
     """Logs Spark's progress of the query (rates, duration, Kafka lag); its last entries."""
 
     def __post_init__(self) -> None:
-        self.listener = ProgressListener(self.cfg.query_name)
+        metrics = self.sink.metrics
+        self.listener = ProgressListener(
+            self.cfg.query_name, on_progress=metrics.progress if metrics else None
+        )
 
     @classmethod
     def create(cls, spark: SparkSession, cfg: AppConfig) -> Job:
-        datasets = load_datasets(cfg)
+        """The job of ``cfg``, its tables ready; with ``metrics.enabled`` its metrics served
+        (``close`` ends that)."""
         layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
+        metrics, exporter = None, None
+        if cfg.metrics.enabled:  # first: a port in use stops the job before it does anything
+            backlog = None
+            if cfg.landing.transactions or cfg.landing.dms:
+                backlog = partial(unread_landing_files, spark, cfg.landing, layout.checkpoint)
+            metrics = Metrics(backlog)
+            exporter = serve(metrics, cfg.metrics.host, cfg.metrics.port)
+        try:
+            return cls._create(spark, cfg, layout, metrics, exporter)
+        except BaseException:
+            if exporter is not None:
+                exporter.close()
+            raise
+
+    @classmethod
+    def _create(
+        cls,
+        spark: SparkSession,
+        cfg: AppConfig,
+        layout: Layout,
+        metrics: Metrics | None,
+        exporter: Exporter | None,
+    ) -> Job:
+        datasets = load_datasets(cfg)
         # Before anything else connects: a definition its tables cannot follow stops here.
         prepare_tables(spark, datasets, layout, deletion_vectors=cfg.tables.deletion_vectors)
         kafka = cfg.kafka
@@ -145,8 +182,15 @@ class Job:
             publish=outcome_publisher(kafka) if kafka else None,
             decode=AvroRequestDecoder(codec) if codec else decode_json_request,
             refusal=partial(refusal_in, kafka) if kafka else None,
+            metrics=metrics,
         )
-        return cls(spark, cfg, datasets, layout, sink)
+        return cls(spark, cfg, datasets, layout, sink, exporter)
+
+    def close(self) -> None:
+        """Stop serving the metrics (if served); the port is free again."""
+        if self.exporter is not None:
+            self.exporter.close()
+            self.exporter = None
 
     def start(self, *, once: bool) -> StreamingQuery:
         """Start the query; ``run`` waits for it, else end it with ``stop`` (which detaches the

@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyspark.sql.streaming.listener import (
@@ -107,11 +107,16 @@ def describe(entry: Mapping[str, Any]) -> str:
 
 class ProgressListener(StreamingQueryListener):
     """Logs the progress of the query named ``query_name`` (other queries of the session are
-    ignored) and keeps its last 100 entries. ``terminated`` is set when the query ends: every
-    progress event of the query has been delivered by then (the listener bus keeps order)."""
+    ignored), keeps its last 100 entries and hands each to ``on_progress``. ``terminated`` is
+    set when the query ends: every progress event of the query has been delivered by then (the
+    listener bus keeps order)."""
 
-    def __init__(self, query_name: str) -> None:
+    def __init__(
+        self, query_name: str, on_progress: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
         self.query_name = query_name
+        self.on_progress = on_progress
+        """Also given each entry (the job's metrics: ``Metrics.progress``)."""
         self.entries: deque[dict[str, Any]] = deque(maxlen=100)
         self.terminated = threading.Event()
         self._ids: set[str] = set()
@@ -127,6 +132,8 @@ class ProgressListener(StreamingQueryListener):
             return
         entry = progress_entry(json.loads(event.progress.json))
         self.entries.append(entry)
+        if self.on_progress is not None:
+            self.on_progress(entry)
         log.info("%s", describe(entry), extra={"cdc": {"event": "query_progress", **entry}})
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:

@@ -50,6 +50,7 @@ from streaming.core.steps import segments, waves
 from streaming.inputs.loads import Loaded, changes_only, load_wave
 from streaming.inputs.reader import Reader
 from streaming.runtime.metering import Cost, Meter
+from streaming.runtime.metrics import Metrics
 from streaming.runtime.parallel import Sessions
 from streaming.runtime.stopping import BatchGate, StopRequested
 from streaming.storage import ledger, system
@@ -85,6 +86,8 @@ class Sink:
     """Progress of the last 100 batches (also logged)."""
     writers: int = 4
     """Tables written side by side (``streaming.runtime.parallel``)."""
+    metrics: Metrics | None = None
+    """Fed after every batch (``metrics.enabled``; ``streaming.runtime.metrics``)."""
     sessions: Sessions = field(init=False)
     gate: BatchGate = field(default_factory=BatchGate, init=False)
     """Whether a batch runs now; closed by a stopping job (``runtime.stopping``)."""
@@ -120,6 +123,7 @@ class Sink:
                 refused.args = (f"{refused.args[0]}; interrupted by the stop: {interrupted}",)
             raise refused from None
         done = False
+        started = time.monotonic()
         try:
             if self.run_id is None:
                 self.run_id = _checkpoint_id(self.spark, self.layout.checkpoint)
@@ -132,6 +136,8 @@ class Sink:
                 self.process(raws, batch_id)
             self._finished = batch_id
             done = True
+            if self.metrics is not None:
+                self.metrics.batch_finished(time.monotonic() - started)
         except CdcError as e:  # the query fails with it: ``Job.run`` ends with its code
             self.failure = e
             raise
@@ -509,6 +515,8 @@ class Sink:
             "seconds": round(seconds, 3),
         }
         self.history.append(entry)
+        if self.metrics is not None:
+            self.metrics.batch(outcomes, spark_jobs=cost.jobs, delta_commits=cost.commits)
         log.info(
             "batch %s: %s transactions (%s), %s rows changed in %s tables, "
             "%s Delta commits, %s Spark jobs, %.2fs",
