@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streaming.core.config import AppConfig, load_config
-from streaming.core.errors import CdcError
+from streaming.core.errors import CdcError, LeaseLost
 from streaming.core.layout import CURRENT_FILE_MIB, Layout
 from streaming.core.outcomes import Outcome
 from streaming.runtime.logs import configure_logging
@@ -38,7 +38,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     spark = build_session(cfg.spark, verbose=args.verbose)
-    stop = Job.create(spark, cfg).run(once=args.once, signals=True)
+    job = Job.create(spark, cfg)  # CHECKPOINT_HELD: another runner holds the checkpoint
+    try:
+        stop = job.run(once=args.once, signals=True)
+    except LeaseLost as lost:  # another runner took the checkpoint: this one stopped
+        if lost.unclean:  # a batch still runs: end as a crash would, the line said first
+            print(f"cdc: error [{lost.code}]: {lost.message}", file=sys.stderr)
+            end_now(spark, 2)
+        raise
     if stop is not None and not stop.clean:  # a batch left to the replay: end as a crash would
         end_now(spark, 0)
     return 0

@@ -24,6 +24,7 @@ from streaming.core.catalog import Dataset, load_dataset
 from streaming.core.config import AppConfig
 from streaming.core.errors import ConfigError
 from streaming.core.layout import Layout
+from streaming.runtime.lease import Lease
 from streaming.runtime.observe import ProgressListener
 from streaming.runtime.sink import Sink
 from streaming.runtime.stopping import (
@@ -113,6 +114,10 @@ class Job:
     datasets: dict[str, Dataset]
     layout: Layout
     sink: Sink
+    lease: Lease | None = None
+    """The job's lease on its checkpoint (``runtime.lease``): taken and renewed from ``create``
+    on, released when ``run`` ends cleanly or ``stop`` stops the query (taken again by the next
+    ``start``)."""
     listener: ProgressListener = field(init=False)
     """Logs Spark's progress of the query (rates, duration, Kafka lag); its last entries."""
 
@@ -123,6 +128,26 @@ class Job:
     def create(cls, spark: SparkSession, cfg: AppConfig) -> Job:
         datasets = load_datasets(cfg)
         layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
+        # First of all, the checkpoint: a second runner stops here (CHECKPOINT_HELD), before it
+        # creates a table or reads a batch.
+        lease = Lease.of(spark, layout.checkpoint, cfg.lease)
+        lease.take()
+        lease.start()  # renewed from now on: preparing the tables may take a while
+        try:
+            return cls._create(spark, cfg, datasets, layout, lease)
+        except BaseException:
+            lease.release()
+            raise
+
+    @classmethod
+    def _create(
+        cls,
+        spark: SparkSession,
+        cfg: AppConfig,
+        datasets: dict[str, Dataset],
+        layout: Layout,
+        lease: Lease,
+    ) -> Job:
         # Before anything else connects: a definition its tables cannot follow stops here.
         prepare_tables(spark, datasets, layout, deletion_vectors=cfg.tables.deletion_vectors)
         kafka = cfg.kafka
@@ -142,12 +167,16 @@ class Job:
             shuffle_partitions=cfg.spark.shuffle_partitions,
             publish=outcome_publisher(kafka) if kafka else None,
             decode=AvroRequestDecoder(codec) if codec else decode_json_request,
+            lease=lease,
         )
-        return cls(spark, cfg, datasets, layout, sink)
+        return cls(spark, cfg, datasets, layout, sink, lease)
 
     def start(self, *, once: bool) -> StreamingQuery:
         """Start the query; ``run`` waits for it, else end it with ``stop`` (which detaches the
         progress listener: a listener left behind would log the next query of the same name)."""
+        if self.lease is not None:  # held again after an earlier run released it
+            self.lease.hold()
+            self.lease.start()
         self.spark.streams.addListener(self.listener)
         PY4J_LOG.addFilter(QUIET_STOP)
         writer = (
@@ -173,7 +202,12 @@ class Job:
         ``shutdown.grace_period``, then the query stops between batches, the outcome producer is
         let go, and ``run`` returns how it stopped (also logged, one line). A ``Stop`` that is
         not ``clean`` leaves a batch running: the caller must end the process at once
-        (``end_now``). None: the query ended by itself (``once``)."""
+        (``end_now``). None: the query ended by itself (``once``).
+
+        A lease lost meanwhile (``runtime.lease``) stops the job the same way — the sink stops
+        before its next commit — and ``run`` raises ``LeaseLost`` (``unclean`` when a batch was
+        left running). The lease is released when ``run`` ends otherwise, unless a batch was left
+        running: then it expires, or the next runner on this machine sees this process gone."""
         shutdown = Shutdown(self.cfg.shutdown.grace_seconds)
         self.sink.gate = BatchGate()  # open, also after an earlier run that was stopped
         query = self.start(once=once)
@@ -181,6 +215,8 @@ class Job:
         try:
             with shutdown.handling() if signals else contextlib.nullcontext(shutdown):
                 while not query.awaitTermination(POLL_SECONDS):  # type: ignore[arg-type]
+                    if self.lease is not None and self.lease.lost is not None:
+                        shutdown.request("LEASE_LOST")
                     if shutdown.requested:
                         stop = self._stop_on_signal(query, shutdown)
                         break
@@ -197,8 +233,14 @@ class Job:
             self._stop_listening(query)
         if stop is not None:
             log.info("%s", stop.describe())
-            if not stop.clean:
-                return stop
+        lost = self.lease.lost if self.lease is not None else None
+        if lost is not None:
+            lost.unclean = stop is not None and not stop.clean
+            raise lost
+        if stop is not None and not stop.clean:
+            return stop
+        if self.lease is not None:
+            self.lease.release()
         error = query.exception()
         if error is not None and not (stop is not None and StopRequested.__name__ in str(error)):
             raise RuntimeError(f"streaming query failed: {error}")
@@ -236,7 +278,9 @@ class Job:
             stopper.join(POLL_SECONDS)
         if stopper.is_alive():  # between batches: a replay replays none of ours
             return stop(Ending.SECOND_SIGNAL if shutdown.hurried else Ending.STUCK, None)
-        return stop(Ending.FINISHED, batch)
+        # The batch that ran finished, or it ended otherwise (it failed; it stopped at the fence of
+        # a lost lease): then none was running when the query stopped.
+        return stop(Ending.FINISHED, batch if batch is not None and gate.done == batch else None)
 
     @staticmethod
     def _committed(query: StreamingQuery, batch: int | None, shutdown: Shutdown) -> bool:
@@ -258,15 +302,19 @@ class Job:
         return True
 
     def stop(self, query: StreamingQuery) -> None:
-        """Stop a query ``start`` returned, and detach its progress listener."""
+        """Stop a query ``start`` returned, detach its progress listener, release the lease."""
         try:
             query.stop()
         finally:
             self._stop_listening(query)
+            if self.lease is not None:
+                self.lease.release()
 
     def _stop_listening(self, query: StreamingQuery) -> None:
         """Detach the listener once it has seen the query end (so it logged every batch), and
-        let the outcome producer go."""
+        let the outcome producer go; stop renewing the lease."""
+        if self.lease is not None:
+            self.lease.stop()
         if not query.isActive:
             self.listener.terminated.wait(timeout=10)
         self.spark.streams.removeListener(self.listener)

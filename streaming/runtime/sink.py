@@ -39,7 +39,7 @@ from streaming.core.batch import (
     triage,
 )
 from streaming.core.catalog import Dataset
-from streaming.core.errors import CdcError, FailedError, RejectedError
+from streaming.core.errors import CdcError, FailedError, LeaseLost, RejectedError
 from streaming.core.faults import crash_point
 from streaming.core.fold import EFFECTS, Effect
 from streaming.core.layout import Layout, ObjectTable
@@ -49,6 +49,7 @@ from streaming.core.requests import Operation
 from streaming.core.steps import segments, waves
 from streaming.inputs.loads import Loaded, changes_only, load_wave
 from streaming.inputs.reader import Reader
+from streaming.runtime.lease import Lease
 from streaming.runtime.metering import Cost, Meter
 from streaming.runtime.parallel import Sessions
 from streaming.runtime.stopping import BatchGate, StopRequested
@@ -85,6 +86,9 @@ class Sink:
     """Progress of the last 100 batches (also logged)."""
     writers: int = 4
     """Tables written side by side (``streaming.runtime.parallel``)."""
+    lease: Lease | None = None
+    """The job's lease on its checkpoint, checked before every commit (``runtime.lease``);
+    None: no fence (a sink outside a job)."""
     sessions: Sessions = field(init=False)
     gate: BatchGate = field(default_factory=BatchGate, init=False)
     """Whether a batch runs now; closed by a stopping job (``runtime.stopping``)."""
@@ -114,6 +118,7 @@ class Sink:
                 refused.args = (f"{refused.args[0]}; interrupted by the stop: {interrupted}",)
             raise refused from None
         done = False
+        lost: LeaseLost | None = None
         try:
             if self.run_id is None:
                 self.run_id = _checkpoint_id(self.spark, self.layout.checkpoint)
@@ -126,8 +131,19 @@ class Sink:
                 self.process(raws, batch_id)
             self._finished = batch_id
             done = True
+        except LeaseLost as e:
+            lost = e
         finally:
             self.gate.leave(done=done)
+        if lost is not None:
+            # Out of the gate, the job's stop goes on: raised once it interrupts this thread, so
+            # that Spark takes it for the stop (as a refused batch, above), not for a failure.
+            log.info("batch %s stopped before its next commit: the lease was lost", batch_id)
+            interrupted = _stop_interrupt(self.spark)
+            message = lost.message
+            if interrupted is not None:
+                message = f"{message}; interrupted by the stop: {interrupted}"
+            raise LeaseLost(message) from None
 
     def process(self, raws: Sequence[RawRequest], batch_id: int) -> list[Outcome]:
         started = time.monotonic()
@@ -150,8 +166,10 @@ class Sink:
         crash_point("before_first_commit")
         try:
             for segment in segments(planned):
+                self._fence()
                 self._apply_segment(segment, timeline, applied, rejected)
             crash_point("after_tables")
+            self._fence()
             commit = timeline.commit()
             valid = [p for p in planned if p.request.transaction_id not in rejected]
             outcomes = self._outcomes(verdicts, valid, rejected, applied, commit)
@@ -161,6 +179,11 @@ class Sink:
         self._progress(batch_id, outcomes, applied, time.monotonic() - started, meter.stop())
         self._finished = batch_id
         return outcomes
+
+    def _fence(self) -> None:
+        """Before a commit: stop (``LeaseLost``) if another runner took the checkpoint."""
+        if self.lease is not None:
+            self.lease.check()
 
     @property
     def query_key(self) -> str:
@@ -453,6 +476,7 @@ class Sink:
         ]
         self.sessions.map(_call, writes)
         crash_point("after_ledger")
+        self._fence()
         system.write_outcomes(self.spark, self.layout.outcomes, outcomes, commit)
         crash_point("mid_outcomes")
         if self.publish is not None:

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from enum import Enum
 from types import FrameType
 
+from streaming.core.errors import LeaseLost
+
 log = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -175,6 +177,12 @@ class Shutdown:
         else:
             self.hurried = True
 
+    def request(self, reason: str) -> None:
+        """A stop asked for by the job itself (``reason``: what the stop's line names), as the
+        first signal would: its lease was lost (``runtime.lease``)."""
+        if self.signal is None:
+            self.signal, self.at = reason, time.monotonic()
+
     @contextmanager
     def handling(self) -> Iterator[Shutdown]:
         """SIGTERM and SIGINT handled by ``receive`` inside (the main thread only: Python runs
@@ -191,9 +199,10 @@ class Shutdown:
 
 
 class QuietStop(logging.Filter):
-    """Drops py4j's record of the sink's ``StopRequested`` (py4j logs, with its traceback, every
-    exception a Python callback raises; this one is the stop working as meant)."""
+    """Drops py4j's record of the sink's ``StopRequested`` or ``LeaseLost`` (py4j logs, with its
+    traceback, every exception a Python callback raises; these are the stop working as meant —
+    the job reports a lost lease itself, in one line)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        return not isinstance(error, StopRequested)
+        return not isinstance(error, StopRequested | LeaseLost)
