@@ -38,12 +38,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     spark = build_session(cfg.spark, verbose=args.verbose)
-    job = Job.create(spark, cfg)
+    job = Job.create(spark, cfg)  # CHECKPOINT_HELD: another runner holds the checkpoint
     try:
         stop = job.run(once=args.once, signals=True)
     finally:
         job.close()
-    if stop is not None and stop.error is not None:  # the job stopped itself (e.g. refused)
+    if stop is not None and stop.error is not None:  # the job stopped itself (refused, lease lost)
         if not stop.clean:  # a batch left to the replay: say why, then end as a crash would
             _print_error(stop.error)
             end_now(spark, 2)

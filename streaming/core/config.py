@@ -427,6 +427,50 @@ class ShutdownConfig(_Strict):
         return duration_seconds(self.grace_period)
 
 
+class LeaseConfig(_Strict):
+    """One runner per checkpoint: the lease the running job holds on it (docs/interface.md)
+
+    The job renews it; a second `cdc run` on the checkpoint stops at startup (`CHECKPOINT_HELD`)
+    until it is released or expires, and a runner whose lease was taken stops before its next
+    commit (`LEASE_LOST`)."""
+
+    duration: str = Field(
+        "60 seconds",
+        description="How long a lease lasts without renewal: how long a runner that died on "
+        "another machine (or whose liveness cannot be seen) keeps the checkpoint from the next "
+        "one. A runner that died on the same machine is seen gone at once. Keep it well above "
+        "the clock difference between machines",
+    )
+    renew_every: str = Field(
+        "10 seconds",
+        description="How often the running job renews its lease; at most a third of `duration`",
+    )
+
+    @field_validator("duration", "renew_every")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if duration_seconds(value) <= 0:
+            raise ValueError("must be at least 1 second")
+        return value
+
+    @model_validator(mode="after")
+    def _renewed_well_within(self) -> LeaseConfig:
+        if 3 * self.renew_seconds > self.duration_seconds:
+            raise ValueError(
+                f"renew_every ({self.renew_every}) must be at most a third of duration "
+                f"({self.duration}), so that a late renewal or two do not lose the lease"
+            )
+        return self
+
+    @property
+    def duration_seconds(self) -> int:
+        return duration_seconds(self.duration)
+
+    @property
+    def renew_seconds(self) -> int:
+        return duration_seconds(self.renew_every)
+
+
 class SparkConfig(_Strict):
     """The Spark session of the job and of the commands that read tables."""
 
@@ -494,6 +538,7 @@ class AppConfig(_Strict):
     trigger: TriggerConfig = Field(default_factory=TriggerConfig)
     tables: TablesConfig = Field(default_factory=TablesConfig)
     shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
+    lease: LeaseConfig = Field(default_factory=LeaseConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)

@@ -4,6 +4,8 @@
                    transaction is applied; the outcome is REJECTED and the raw input is quarantined.
 ``FailedError``    a valid request whose application failed (I/O, Delta): nothing applied, FAILED.
 ``ConfigError``    a wrong configuration or dataset definition: the job refuses to start.
+``CheckpointHeld`` another runner holds the checkpoint (``core.lease``): the job refuses to start.
+``LeaseLost``      another runner took this one's lease: the job stops before its next commit.
 """
 
 from __future__ import annotations
@@ -43,3 +45,17 @@ class ConfigError(CdcError):
     """Configuration or dataset definition error, raised at startup. The message names the key."""
 
     code = "CONFIG_ERROR"
+
+
+class CheckpointHeld(CdcError):
+    """Another live runner holds the checkpoint's lease (``core.lease``): this one does not start.
+    The message names the holder (host, pid, since) and when its lease expires."""
+
+    code = "CHECKPOINT_HELD"
+
+
+class LeaseLost(CdcError):
+    """This runner's lease was taken by another (it was not renewed in time: the process was
+    frozen, or cut off from the store): the job stops before its next commit."""
+
+    code = "LEASE_LOST"

@@ -32,6 +32,7 @@ from streaming.core.catalog import Dataset, load_dataset
 from streaming.core.config import AppConfig
 from streaming.core.errors import ConfigError
 from streaming.core.layout import Layout
+from streaming.runtime.lease import Lease
 from streaming.runtime.metrics import Exporter, Metrics, serve
 from streaming.runtime.observe import ProgressListener
 from streaming.runtime.sink import Sink
@@ -124,6 +125,10 @@ class Job:
     sink: Sink
     exporter: Exporter | None = None
     """The metrics endpoint (``metrics.enabled``), served until ``close``."""
+    lease: Lease | None = None
+    """The job's lease on its checkpoint (``runtime.lease``): taken and renewed from ``create``
+    on, released when ``run`` ends cleanly or ``stop`` stops the query (taken again by the next
+    ``start``)."""
     listener: ProgressListener = field(init=False)
     """Logs Spark's progress of the query (rates, duration, Kafka lag); its last entries."""
 
@@ -145,9 +150,20 @@ class Job:
                 backlog = partial(unread_landing_files, spark, cfg.landing, layout.checkpoint)
             metrics = Metrics(backlog)
             exporter = serve(metrics, cfg.metrics.host, cfg.metrics.port)
+        # Then the checkpoint: a second runner stops here (CHECKPOINT_HELD), before it creates a
+        # table or reads a batch.
         try:
-            return cls._create(spark, cfg, layout, metrics, exporter)
+            lease = Lease.of(spark, layout.checkpoint, cfg.lease)
+            lease.take()
         except BaseException:
+            if exporter is not None:
+                exporter.close()
+            raise
+        lease.start()  # renewed from now on: preparing the tables may take a while
+        try:
+            return cls._create(spark, cfg, layout, metrics, exporter, lease)
+        except BaseException:
+            lease.release()
             if exporter is not None:
                 exporter.close()
             raise
@@ -160,6 +176,7 @@ class Job:
         layout: Layout,
         metrics: Metrics | None,
         exporter: Exporter | None,
+        lease: Lease,
     ) -> Job:
         datasets = load_datasets(cfg)
         # Before anything else connects: a definition its tables cannot follow stops here.
@@ -183,8 +200,9 @@ class Job:
             decode=AvroRequestDecoder(codec) if codec else decode_json_request,
             refusal=partial(refusal_in, kafka) if kafka else None,
             metrics=metrics,
+            lease=lease,
         )
-        return cls(spark, cfg, datasets, layout, sink, exporter)
+        return cls(spark, cfg, datasets, layout, sink, exporter=exporter, lease=lease)
 
     def close(self) -> None:
         """Stop serving the metrics (if served); the port is free again."""
@@ -195,6 +213,9 @@ class Job:
     def start(self, *, once: bool) -> StreamingQuery:
         """Start the query; ``run`` waits for it, else end it with ``stop`` (which detaches the
         progress listener: a listener left behind would log the next query of the same name)."""
+        if self.lease is not None:  # held again after an earlier run released it
+            self.lease.hold()
+            self.lease.start()
         self.spark.streams.addListener(self.listener)
         PY4J_LOG.addFilter(QUIET_STOP)
         writer = (
@@ -220,7 +241,14 @@ class Job:
         ``shutdown.grace_period``, then the query stops between batches, the outcome producer is
         let go, and ``run`` returns how it stopped (also logged, one line). A ``Stop`` that is
         not ``clean`` leaves a batch running: the caller must end the process at once
-        (``end_now``). None: the query ended by itself (``once``)."""
+        (``end_now``). None: the query ended by itself (``once``).
+
+        A lease lost meanwhile (``runtime.lease``) or credentials the broker refuses
+        (``kafka.recheck_interval``) stop the job the same way — the sink stops before its next
+        commit — and the ``Stop`` carries the error (``cdc run`` ends with its code, exit 2); a
+        lease lost as the query ended by itself is raised. The lease is released when ``run``
+        ends otherwise, unless a batch was left running or the lease was lost: then it expires,
+        or the next runner on this machine sees this process gone."""
         shutdown = Shutdown(self.cfg.shutdown.grace_seconds)
         self.sink.gate = BatchGate()  # open, also after an earlier run that was stopped
         self.sink.failure = None
@@ -230,6 +258,8 @@ class Job:
         try:
             with shutdown.handling() if signals else contextlib.nullcontext(shutdown):
                 while not _ended(query):
+                    if self.lease is not None and self.lease.lost is not None:
+                        shutdown.request("LEASE_LOST")
                     if shutdown.requested:
                         stop = self._stop_on_signal(query, shutdown)
                         break
@@ -249,10 +279,20 @@ class Job:
         refusal = watch.refused if watch is not None else None
         if stop is not None:
             log.info("%s", stop.describe())
-            if refusal is not None:
-                return replace(stop, error=refusal)
+        lost = self.lease.lost if self.lease is not None else None
+        if stop is not None:
+            log.info("%s", stop.describe())
+            reason = lost or refusal
+            if reason is not None:
+                if stop.clean and lost is None and self.lease is not None:
+                    self.lease.release()
+                return replace(stop, error=reason)
             if not stop.clean:
                 return stop
+        if lost is not None:  # the query ended by itself meanwhile
+            raise lost
+        if self.lease is not None:
+            self.lease.release()
         error = query.exception()
         if error is not None and not (stop is not None and StopRequested.__name__ in str(error)):
             raise self._failure(error)
@@ -315,7 +355,9 @@ class Job:
             stopper.join(POLL_SECONDS)
         if stopper.is_alive():  # between batches: a replay replays none of ours
             return stop(Ending.SECOND_SIGNAL if shutdown.hurried else Ending.STUCK, None)
-        return stop(Ending.FINISHED, batch)
+        # The batch that ran finished, or it ended otherwise (it failed; it stopped at the fence of
+        # a lost lease): then none was running when the query stopped.
+        return stop(Ending.FINISHED, batch if batch is not None and gate.done == batch else None)
 
     @staticmethod
     def _committed(query: StreamingQuery, batch: int | None, shutdown: Shutdown) -> bool:
@@ -337,15 +379,19 @@ class Job:
         return True
 
     def stop(self, query: StreamingQuery) -> None:
-        """Stop a query ``start`` returned, and detach its progress listener."""
+        """Stop a query ``start`` returned, detach its progress listener, release the lease."""
         try:
             query.stop()
         finally:
             self._stop_listening(query)
+            if self.lease is not None:
+                self.lease.release()
 
     def _stop_listening(self, query: StreamingQuery) -> None:
         """Detach the listener once it has seen the query end (so it logged every batch), and
-        let the outcome producer go."""
+        let the outcome producer go; stop renewing the lease."""
+        if self.lease is not None:
+            self.lease.stop()
         if not query.isActive:
             self.listener.terminated.wait(timeout=10)
         self.spark.streams.removeListener(self.listener)

@@ -39,7 +39,7 @@ from streaming.core.batch import (
     triage,
 )
 from streaming.core.catalog import Dataset
-from streaming.core.errors import CdcError, FailedError, RejectedError
+from streaming.core.errors import CdcError, FailedError, LeaseLost, RejectedError
 from streaming.core.faults import crash_point
 from streaming.core.fold import EFFECTS, Effect
 from streaming.core.layout import Layout, ObjectTable
@@ -49,6 +49,7 @@ from streaming.core.requests import Operation
 from streaming.core.steps import segments, waves
 from streaming.inputs.loads import Loaded, changes_only, load_wave
 from streaming.inputs.reader import Reader
+from streaming.runtime.lease import Lease
 from streaming.runtime.metering import Cost, Meter
 from streaming.runtime.metrics import Metrics
 from streaming.runtime.parallel import Sessions
@@ -88,6 +89,9 @@ class Sink:
     """Tables written side by side (``streaming.runtime.parallel``)."""
     metrics: Metrics | None = None
     """Fed after every batch (``metrics.enabled``; ``streaming.runtime.metrics``)."""
+    lease: Lease | None = None
+    """The job's lease on its checkpoint, checked before every commit (``runtime.lease``);
+    None: no fence (a sink outside a job)."""
     sessions: Sessions = field(init=False)
     gate: BatchGate = field(default_factory=BatchGate, init=False)
     """Whether a batch runs now; closed by a stopping job (``runtime.stopping``)."""
@@ -124,6 +128,7 @@ class Sink:
             raise refused from None
         done = False
         started = time.monotonic()
+        lost: LeaseLost | None = None
         try:
             if self.run_id is None:
                 self.run_id = _checkpoint_id(self.spark, self.layout.checkpoint)
@@ -138,6 +143,8 @@ class Sink:
             done = True
             if self.metrics is not None:
                 self.metrics.batch_finished(time.monotonic() - started)
+        except LeaseLost as e:
+            lost = e
         except CdcError as e:  # the query fails with it: ``Job.run`` ends with its code
             self.failure = e
             raise
@@ -149,6 +156,15 @@ class Sink:
             raise coded from None
         finally:
             self.gate.leave(done=done)
+        if lost is not None:
+            # Out of the gate, the job's stop goes on: raised once it interrupts this thread, so
+            # that Spark takes it for the stop (as a refused batch, above), not for a failure.
+            log.info("batch %s stopped before its next commit: the lease was lost", batch_id)
+            interrupted = _stop_interrupt(self.spark)
+            message = lost.message
+            if interrupted is not None:
+                message = f"{message}; interrupted by the stop: {interrupted}"
+            raise LeaseLost(message) from None
 
     def process(self, raws: Sequence[RawRequest], batch_id: int) -> list[Outcome]:
         started = time.monotonic()
@@ -171,8 +187,10 @@ class Sink:
         crash_point("before_first_commit")
         try:
             for segment in segments(planned):
+                self._fence()
                 self._apply_segment(segment, timeline, applied, rejected)
             crash_point("after_tables")
+            self._fence()
             commit = timeline.commit()
             valid = [p for p in planned if p.request.transaction_id not in rejected]
             outcomes = self._outcomes(verdicts, valid, rejected, applied, commit)
@@ -182,6 +200,11 @@ class Sink:
         self._progress(batch_id, outcomes, applied, time.monotonic() - started, meter.stop())
         self._finished = batch_id
         return outcomes
+
+    def _fence(self) -> None:
+        """Before a commit: stop (``LeaseLost``) if another runner took the checkpoint."""
+        if self.lease is not None:
+            self.lease.check()
 
     @property
     def query_key(self) -> str:
@@ -474,6 +497,7 @@ class Sink:
         ]
         self.sessions.map(_call, writes)
         crash_point("after_ledger")
+        self._fence()
         system.write_outcomes(self.spark, self.layout.outcomes, outcomes, commit)
         crash_point("mid_outcomes")
         if self.publish is not None:

@@ -173,8 +173,8 @@ class Shutdown:
         return self.at + self.grace
 
     def request(self, reason: str) -> None:
-        """A stop the job asks for itself (e.g. the broker refused its credentials), taken as a
-        first signal named ``reason``; any thread may call it."""
+        """A stop the job asks for itself (the broker refused its credentials, its lease was
+        lost), taken as a first signal named ``reason``; any thread may call it."""
         if self.signal is None:
             self.signal, self.at = reason, time.monotonic()
 
@@ -204,9 +204,8 @@ class Shutdown:
 class QuietStop(logging.Filter):
     """Drops py4j's record of the sink's ``StopRequested`` (py4j logs, with its traceback, every
     exception a Python callback raises; this one is the stop working as meant), and of a
-    ``CdcError`` a batch raised (the job ends with its code line)."""
+    ``CdcError`` a batch raised — a ``LeaseLost`` among them (the job ends with its code line)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        # A coded error ends the job with its code line (``Job.run``): no traceback besides.
         return not isinstance(error, StopRequested | CdcError)

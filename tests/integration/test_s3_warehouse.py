@@ -167,6 +167,15 @@ class Bucket:
         start = len(self.prefix) + 1
         return sorted(o["Key"][start:] for page in pages for o in page.get("Contents", []))
 
+    def lease(self) -> tuple[list[str], dict[str, Any]]:
+        """The checkpoint lease's epoch files (names) and the highest one's record."""
+        names = [key.rsplit("/", 1)[1] for key in self.keys("checkpoints/cdc/lease/")]
+        body = self.s3.get_object(
+            Bucket=BUCKET, Key=f"{self.prefix}/checkpoints/cdc/lease/{names[-1]}"
+        )
+        record: dict[str, Any] = json.loads(body["Body"].read())
+        return names, record
+
     def batches(self, kind: str) -> list[int]:
         """The batch ids of the streaming checkpoint's ``offsets`` or ``commits``."""
         folder = f"checkpoints/cdc/{kind}/"
@@ -360,6 +369,10 @@ def test_s3_warehouse_crashes_restarts_landing_dms_show_and_maintain(
     }
     assert left["Dog tombstones"] in ([], BATCH_0["Dog tombstones"]), left
     assert (bucket.batches("offsets"), bucket.batches("commits")) == ([0], [])
+    # The lease on s3a: taken by a conditional create (no fallback warning), left by the kill.
+    assert NO_CONDITIONAL not in crashed.stderr
+    names, record = bucket.lease()
+    assert (names, record["epoch"], record["released"]) == (["0000000001.json"], 1, False)
     timings["checks by delta-rs"] = lap()
 
     # -- 2. batch 1's input: requests (one sent again, one malformed) and two DMS files -------
@@ -406,6 +419,16 @@ def test_s3_warehouse_crashes_restarts_landing_dms_show_and_maintain(
     # everything but the outcomes, and Spark has not recorded it as done.
     assert state(bucket) == {**BATCH_1, "outcomes": BATCH_0["outcomes"]}
     assert (bucket.batches("offsets"), bucket.batches("commits")) == ([0, 1], [0])
+    # The killed runner's lease was taken over at once (its process gone, on this machine).
+    output = log.read_text(errors="replace")
+    assert "has ended; taking its checkpoint" in output and NO_CONDITIONAL not in output
+    names, record = bucket.lease()
+    assert (names, record["epoch"], record["released"]) == (
+        ["0000000001.json", "0000000002.json"],
+        2,
+        False,
+    )
+    assert record["pid"] == job.pid
     history_files = [
         k for k in bucket.keys("warehouse/petstore/_history/petstore/Dog/") if "_delta_log" not in k
     ]
@@ -427,6 +450,12 @@ def test_s3_warehouse_crashes_restarts_landing_dms_show_and_maintain(
     # -- 5. nothing lost, nothing applied twice (delta-rs, from the S3 server) -----------------
     assert state(bucket) == BATCH_1
     assert (bucket.batches("offsets"), bucket.batches("commits")) == ([0, 1], [0, 1])
+    names, record = bucket.lease()  # released at the clean end; only the last two epochs kept
+    assert (names, record["epoch"], record["released"]) == (
+        ["0000000002.json", "0000000003.json"],
+        3,
+        True,
+    )
     # The job's commits to each table: of these batches, and none made twice by a replay.
     made = {name: bucket.commits(*parts) for name, parts in TABLES.items()}
     assert {name: sorted({b for b, _ in steps}) for name, steps in made.items()} == {
@@ -461,6 +490,62 @@ def test_s3_warehouse_crashes_restarts_landing_dms_show_and_maintain(
     assert "checkpoints/cdc/metadata" in bucket.keys("checkpoints/cdc/")
     timings["checks by delta-rs"] += lap()
     print("\ns3 warehouse test, seconds per step:", json.dumps(timings, indent=1))
+
+
+NO_CONDITIONAL = "does not declare conditional creates"
+"""``storage.lease``'s warning on a store it cannot create files on exclusively."""
+
+LEASE_RACE = """\
+import json, sys, threading
+from py4j.protocol import Py4JJavaError
+from streaming.core.config import load_config
+from streaming.runtime.session import build_session
+from streaming.storage.lease import CONDITIONAL_CREATE, lease_files
+cfg = load_config(sys.argv[1])
+files = lease_files(build_session(cfg.spark), cfg.checkpoints + "/race")
+won = []
+def create(n):
+    if files.create(1, f"runner {n}"):
+        won.append(n)
+threads = [threading.Thread(target=create, args=(n,)) for n in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+try:  # S3A's createFile with the option: no existence check before, S3's answer at close
+    out = files.fs.createFile(files._path(1)).must(CONDITIONAL_CREATE, True).create().build()
+    out.write(bytearray(b"again"))
+    out.close()
+    refused = None
+except Py4JJavaError as e:
+    refused = str(e.java_exception.getClass().getName()) + " " + str(e.java_exception.getMessage())
+print(json.dumps({"kind": type(files).__name__, "atomic": files.atomic,
+                  "conditional": files.conditional, "won": won, "text": files.read(1),
+                  "refused": refused}))
+"""
+
+
+def test_s3_lease_epochs_are_created_by_one_runner_only(s3_endpoint: str, tmp_path: Path) -> None:
+    """What the lease relies on, on s3a: hadoop-aws declares conditional creates, and of eight
+    runners creating the same epoch at once exactly one does — the S3 server refuses the others'
+    PUT (412 to ``If-None-Match: *``), not a check before it."""
+    bucket = Bucket(s3_endpoint, "race")
+    (tmp_path / "cdc.yaml").write_text(config(bucket))
+    done = subprocess.run(
+        [sys.executable, "-c", LEASE_RACE, "cdc.yaml"],
+        cwd=tmp_path,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["kind"] == "HadoopFiles" and found["conditional"] and found["atomic"], found
+    assert len(found["won"]) == 1, found
+    assert found["text"] == f"runner {found['won'][0]}"
+    assert found["refused"].startswith("org.apache.hadoop.fs.s3a.RemoteFileChangedException")
+    assert "412" in found["refused"], found["refused"]
 
 
 def by_id(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
