@@ -149,7 +149,7 @@ def java_refusal(text: str) -> str | None:
     return f"{match.group(1)}: {match.group(2) or ''}".strip().rstrip(":")
 
 
-def _java_text(error: BaseException) -> str:
+def java_text(error: BaseException) -> str:
     """The text of a Java exception raised through py4j or PySpark, its causes included."""
     parts = [str(error)]
     java = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
@@ -188,7 +188,7 @@ def check_spark_source(
     try:
         reader.load().rdd.getNumPartitions()
     except Exception as e:  # py4j and PySpark wrap the Java client's exception
-        text = scrub(_java_text(e), kafka_secrets(cfg))
+        text = scrub(java_text(e), kafka_secrets(cfg))
         answer = java_refusal(text)
         if answer is not None:
             raise refused(cfg, spark=True, answer=answer) from None
@@ -215,7 +215,7 @@ def check_kafka(
 def refusal_in(cfg: KafkaConfig, error: BaseException | str) -> KafkaAuthError | None:
     """The ``KafkaAuthError`` of Spark's Kafka source when ``error`` (a failed query's) is the
     Java client's authentication or authorization failure; None for any other error."""
-    text = scrub(error if isinstance(error, str) else _java_text(error), kafka_secrets(cfg))
+    text = scrub(error if isinstance(error, str) else java_text(error), kafka_secrets(cfg))
     answer = java_refusal(text)
     return None if answer is None else refused(cfg, spark=True, answer=answer)
 

@@ -33,12 +33,20 @@ def _config(args: argparse.Namespace) -> AppConfig:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from streaming.runtime.job import Job, end_now
+    from connectors.kafka_check import java_text
+    from streaming.core.failures import storage_failure
+    from streaming.runtime.job import Job, end_now, storage_of
     from streaming.runtime.session import build_session
 
     cfg = _config(args)
     spark = build_session(cfg.spark, verbose=args.verbose)
-    job = Job.create(spark, cfg)  # CHECKPOINT_HELD: another runner holds the checkpoint
+    try:
+        job = Job.create(spark, cfg)  # CHECKPOINT_HELD: another runner holds the checkpoint
+    except Exception as e:  # a warehouse that cannot be written: its code, not a traceback
+        failed = storage_failure(java_text(e), storage_of(cfg))
+        if failed is None or isinstance(e, CdcError):
+            raise
+        raise failed from None
     try:
         stop = job.run(once=args.once, signals=True)
     finally:

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from connectors.avro import AvroRequestDecoder, codec_for
-from connectors.kafka_check import CredentialWatch, check_kafka, refusal_in
+from connectors.kafka_check import CredentialWatch, check_kafka, java_text, refusal_in
 from connectors.kafka_io import OutcomePublisher, outcome_publisher
 from connectors.sources import (
     RAW_COLUMNS,
@@ -30,7 +30,8 @@ from connectors.sources import (
 from streaming.core.batch import decode_json_request
 from streaming.core.catalog import Dataset, load_dataset
 from streaming.core.config import AppConfig
-from streaming.core.errors import ConfigError
+from streaming.core.errors import CdcError, ConfigError
+from streaming.core.failures import query_failure
 from streaming.core.layout import Layout
 from streaming.runtime.lease import Lease
 from streaming.runtime.metrics import Exporter, Metrics, serve
@@ -58,6 +59,11 @@ query of a job runs."""
 
 STOP_SECONDS = 10
 """How long ``query.stop()`` may take, between batches, before the job gives up on it."""
+
+
+def storage_of(cfg: AppConfig) -> str:
+    """The job's storage as an error names it: its warehouse and its checkpoints."""
+    return f"the warehouse {cfg.warehouse} or the checkpoints {cfg.checkpoints}"
 
 
 def load_datasets(cfg: AppConfig) -> dict[str, Dataset]:
@@ -312,16 +318,22 @@ class Job:
             on_refused=lambda error: shutdown.request(error.code),
         ).start()
 
-    def _failure(self, error: BaseException) -> Exception:
+    def _failure(self, error: BaseException) -> CdcError:
         """What a failed query ends ``run`` with: the coded error a batch raised (the sink kept
-        it), the broker refusing Spark's Kafka source (``KAFKA_AUTH_FAILED``), else the query's
-        error."""
+        it), the broker refusing Spark's Kafka source (``KAFKA_AUTH_FAILED``), a storage failure
+        (``STORAGE_FULL``, ``STORAGE_NOT_WRITABLE``), else ``QUERY_FAILED``
+        (``core.failures``)."""
         if self.sink.failure is not None:
             return self.sink.failure
         refusal = refusal_in(self.cfg.kafka, error) if self.cfg.kafka is not None else None
         if refusal is not None:
             return refusal
-        return RuntimeError(f"streaming query failed: {error}")
+        return query_failure(java_text(error), self.storage)
+
+    @property
+    def storage(self) -> str:
+        """Where the job writes, as its failures name it."""
+        return storage_of(self.cfg)
 
     def _stop_on_signal(self, query: StreamingQuery, shutdown: Shutdown) -> Stop:
         """Close the sink's gate (no batch starts any more), wait for the running batch to
