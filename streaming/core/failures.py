@@ -4,7 +4,8 @@ one coded ``CdcError`` with a line saying what to do (docs/troubleshooting.md, "
 
 Storage errors are recognised by the operating system's and the object store's own words, which
 Hadoop and Delta pass on in the Java exception's text: a full disk (``ENOSPC``), a file system
-mounted read-only, a permission refused locally or by S3 (``AccessDenied``, HTTP 403). Anything
+mounted read-only, a permission refused locally or by S3 (``AccessDenied``, HTTP 403), a folder
+Hadoop could not create (it does not say why; Delta's ``DELTA_CANNOT_CREATE_LOG_PATH``). Anything
 else is ``QUERY_FAILED``. Every one of them ends ``cdc run`` with exit 2; started again, the job
 replays the batch that failed, and nothing is applied twice.
 """
@@ -19,6 +20,8 @@ _FULL = re.compile(r"No space left on device|Disk quota exceeded")
 _NOT_WRITABLE = re.compile(
     r"Read-only file system|Permission denied|AccessDeniedException|Access Denied"
     r"|403 Forbidden|status code: 403|\(403\)"
+    # Hadoop's mkdirs answers false, without the reason, and Delta says so:
+    r"|DELTA_CANNOT_CREATE_LOG_PATH|Mkdirs failed to create"
 )
 _CAUSE_LINES = 3
 

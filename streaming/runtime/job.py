@@ -283,8 +283,6 @@ class Job:
                 watch.stop()
             self._stop_listening(query)
         refusal = watch.refused if watch is not None else None
-        if stop is not None:
-            log.info("%s", stop.describe())
         lost = self.lease.lost if self.lease is not None else None
         if stop is not None:
             log.info("%s", stop.describe())

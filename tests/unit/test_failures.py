@@ -20,6 +20,7 @@ def test_a_full_disk_and_a_refused_write_are_named_with_what_to_do() -> None:
         "java.io.IOException: Read-only file system",
         "java.nio.file.AccessDeniedException: /w/_delta_log: Permission denied",
         "s3a://b/w: getFileStatus on s3a://b/w: com.amazonaws...: Access Denied (403 Forbidden)",
+        "DeltaIOException: [DELTA_CANNOT_CREATE_LOG_PATH] Cannot create file:/w/t/_delta_log",
     ):
         refused = storage_failure(text, WHERE)
         assert refused is not None and refused.code == "STORAGE_NOT_WRITABLE", text
