@@ -68,7 +68,7 @@ demo: setup
 # the 25 slowest listed at the end of the output.
 test: setup jars-s3
 	$(PY) -m pytest tests/unit tests/bench
-	$(PY) -m pytest tests/integration --durations=25
+	$(PY) -m pytest tests/integration --durations=25 --junit-xml=build/junit-integration.xml
 
 # The warehouse, checkpoints and landing folders on s3a against a local S3 server
 # (tests/integration/test_s3_warehouse.py). A pytest run without jars/s3 deselects it.
