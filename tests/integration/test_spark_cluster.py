@@ -9,8 +9,8 @@ transaction (driver fold), a DMS full load larger than ``DRIVER_FOLD_MAX_ROWS`` 
 change file (folded on the executors' JVMs, ``streaming.apply.sqlfold``: no Python worker), and
 two transactions of a map-typed schema larger than that together (folded by the wheel's Python
 code in Python workers on the executors, ``mapInArrow``); delta-rs reads the tables. Spark's
-event log and the master's JSON show the executors on the two workers did the work, and which
-of it went through Python workers.
+event log and the master's JSON show the executors on the two workers did the work, and that
+Python workers ran there.
 
 One machine stands in for the cluster, so two things are simpler than on a real one: the Python
 environment and the warehouse are at the same local path for the driver and every executor (on a
@@ -31,7 +31,7 @@ import subprocess
 import sys
 import sysconfig
 import urllib.request
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -418,46 +418,24 @@ def event_log(events: Path) -> tuple[str, list[dict[str, Any]]]:
     return log.name, [json.loads(line) for line in log.read_text().splitlines() if line]
 
 
-def python_bytes(events: list[dict[str, Any]]) -> dict[int, Counter[str]]:
-    """Per SQL execution, per executor: the bytes its tasks sent to Python workers
-    (``PYTHON_METRIC``). A task reports the metric by its accumulator id, which the plan of one
-    execution declares (``sparkPlanInfo``'s node metrics, or the metrics of a stage adaptive
-    execution planned later): that names the execution the bytes belong to (-1: an accumulator
-    no event in the log declares)."""
-    execution_of: dict[int, int] = {}
+def python_bytes(events: list[dict[str, Any]]) -> Counter[str]:
+    """Per executor, the bytes its tasks sent to Python workers (``PYTHON_METRIC``, the SQL
+    metric of a Python node such as ``mapInArrow``).
 
-    def declare(execution: int, node: dict[str, Any]) -> None:
-        for metric in node.get("metrics", []):
-            if metric.get("name") == PYTHON_METRIC:
-                execution_of[int(metric["accumulatorId"])] = execution
-        for child in node.get("children", []):
-            declare(execution, child)
-
-    for event in events:
-        if event["Event"].endswith(("SQLExecutionStart", "SQLAdaptiveExecutionUpdate")):
-            declare(int(event["executionId"]), event.get("sparkPlanInfo") or {})
-        elif event["Event"].endswith("SQLAdaptiveSQLMetricUpdates"):  # a stage AQE added later
-            declare(int(event["executionId"]), {"metrics": event.get("sqlPlanMetrics", [])})
-    sent: dict[int, Counter[str]] = defaultdict(Counter)
+    Not per SQL execution: the job writes tables side by side (``runtime.parallel``), and the
+    event log then names, for a Python stage AQE plans late, an execution of another table (the
+    thread's ``spark.sql.execution.id``) — seen in one of three runs. Which fold uses Python is
+    checked in-process (``test_python_fold``, ``test_sqlfold``); here, that Python ran at all,
+    and where."""
+    sent: Counter[str] = Counter()
     for event in events:
         if event["Event"] != "SparkListenerTaskEnd":
             continue
         info = event["Task Info"]
         for accumulable in info.get("Accumulables", []):
             if accumulable.get("Name") == PYTHON_METRIC:
-                execution = execution_of.get(int(accumulable["ID"]), -1)
-                sent[execution][info["Executor ID"]] += int(accumulable.get("Update", 0))
-    return dict(sent)
-
-
-def plans(events: list[dict[str, Any]]) -> dict[int, str]:
-    """Each SQL execution's physical plan, as the event log describes it (its first plan and
-    every adaptive re-plan)."""
-    found: dict[int, str] = defaultdict(str)
-    for event in events:
-        if event["Event"].endswith(("SQLExecutionStart", "SQLAdaptiveExecutionUpdate")):
-            found[int(event["executionId"])] += event.get("physicalPlanDescription", "") + "\n"
-    return dict(found)
+                sent[info["Executor ID"]] += int(accumulable.get("Update", 0))
+    return sent
 
 
 def test_the_job_on_a_standalone_cluster_under_spark_submit(
@@ -536,21 +514,12 @@ def test_the_job_on_a_standalone_cluster_under_spark_submit(
         e["Task Info"]["Executor ID"] for e in log if e["Event"] == "SparkListenerTaskEnd"
     )
     assert set(tasks) == set(executors), (tasks, executors)
-    # Python workers on the executors folded the map-typed schema's rows: the metric is in the
-    # log, with bytes sent from the executors' tasks, in executions whose plans read that
-    # schema's tables. The orders' large fold (SQL, on the JVM) sent none: no execution that
-    # sent rows to Python reads the orders. (A Python node AQE plans late is described by its
-    # metrics only, not in the plan's text: the plans are checked for the tables they read.)
-    sent, described = python_bytes(log), plans(log)
-    assert sum(sum(by_executor.values()) for by_executor in sent.values()) > 0, sent
-    for execution, by_executor in sent.items():
-        assert set(by_executor) <= set(executors), (execution, by_executor)
-        if sum(by_executor.values()) == 0:
-            continue
-        plan = described.get(execution, "")
-        assert "/petstore/Tagged" in plan, (execution, plan[:3000])
-        assert "sales" not in plan, (execution, plan[:3000])
-    assert any("sales/sales/Order" in plan for plan in described.values())
+    # Python workers on the executors folded the map-typed schema's rows (nothing else in this
+    # job runs Python on the executors: the landing UPSERTs fold on the driver, the DMS orders in
+    # SQL): the metric is in the log, with bytes sent by tasks of the executors only.
+    sent = python_bytes(log)
+    assert sum(sent.values()) > 0, sent
+    assert set(sent) <= set(executors), (sent, executors)
     for work_dir in cluster.work_dirs:  # each worker launched an executor of this application
         assert (work_dir / app_id).is_dir(), sorted(p.name for p in work_dir.iterdir())
 
