@@ -73,6 +73,7 @@ def _workspace(spark: SparkSession, sizes: Sizes, root: Path) -> tuple[Workspace
     job = Job.create(spark, load_config(config, environ={}))
     say(f"Cold: seeding 3 x {sizes.batch_rows:,} rows (tables created in this process)")
     seed_tables(spark, job, data.W1_DATASET, data.W1_SCHEMAS, sizes.batch_rows, sizes)
+    job.close()  # its lease released: the fresh process's `cdc run` takes the checkpoint
     return ws, config, job
 
 

@@ -211,10 +211,16 @@ class Job:
         return cls(spark, cfg, datasets, layout, sink, exporter=exporter, lease=lease)
 
     def close(self) -> None:
-        """Stop serving the metrics (if served); the port is free again."""
+        """The job is done with: stop serving the metrics (if served; the port is free again)
+        and give its checkpoint's lease up — unless a batch was left running (a stop past its
+        grace period: the lease then expires, or the next runner on this machine sees this
+        process gone). A job created only to prepare its tables (the bench) must be closed, or
+        a ``cdc run`` on its checkpoint waits for the lease to expire."""
         if self.exporter is not None:
             self.exporter.close()
             self.exporter = None
+        if self.lease is not None and self.sink.gate.running is None:
+            self.lease.release()
 
     def start(self, *, once: bool) -> StreamingQuery:
         """Start the query; ``run`` waits for it, else end it with ``stop`` (which detaches the
