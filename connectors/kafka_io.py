@@ -58,7 +58,9 @@ def _send(
 ) -> int:
     """Send ``records`` and wait until all are acknowledged, at most ``timeout`` seconds. The
     broker refusing the credentials ends the wait at once with ``KafkaAuthError`` (librdkafka
-    would retry until the messages time out: minutes)."""
+    would retry until the messages time out: minutes). Errors from before this send (a
+    producer kept between batches) are served first and dropped."""
+    producer.poll(0)
     errors.clear()
     delivery = _Delivery()
     count = 0
