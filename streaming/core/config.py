@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -259,6 +260,26 @@ PEM files, ``ssl.ca.location``). Other keys librdkafka does not know fail when t
 with librdkafka's "No such configuration property"."""
 
 
+DURATION_UNITS = {"second": 1, "seconds": 1, "minute": 60, "minutes": 60}
+
+
+def duration_seconds(text: str) -> int:
+    """Seconds of a duration written ``'<number> <unit>'`` (``30 seconds``, ``1 minute``)."""
+    parts = text.split()
+    if len(parts) != 2 or not parts[0].isdigit() or parts[1] not in DURATION_UNITS:
+        raise ValueError("expected '<number> seconds' or '<number> minutes', e.g. '20 seconds'")
+    return int(parts[0]) * DURATION_UNITS[parts[1]]
+
+
+def _valid_duration(value: str) -> str:
+    duration_seconds(value)
+    return value
+
+
+Duration = Annotated[str, AfterValidator(_valid_duration)]
+"""A config value written ``'<number> seconds'`` or ``'<number> minutes'``."""
+
+
 class KafkaConfig(_Strict):
     """Kafka topics for transaction requests and outcome events."""
 
@@ -298,7 +319,7 @@ class KafkaConfig(_Strict):
         validate_default=True,
         description="Avro schemas; required with `format: avro` (`registry` or `schemas`)",
     )
-    recheck_interval: str = Field(
+    recheck_interval: Duration = Field(
         "10 seconds",
         description="How often the running job opens a new connection with each client's "
         "credentials to see that the broker still accepts them: credentials revoked while it "
@@ -306,12 +327,6 @@ class KafkaConfig(_Strict):
         "source has retried for a minute or more. `0 seconds`: no recheck (a connection open "
         "before the revocation keeps working until the broker closes it)",
     )
-
-    @field_validator("recheck_interval")
-    @classmethod
-    def _recheck_duration(cls, value: str) -> str:
-        duration_seconds(value)
-        return value
 
     @property
     def recheck_seconds(self) -> int:
@@ -393,21 +408,10 @@ class TriggerConfig(_Strict):
         return value
 
 
-DURATION_UNITS = {"second": 1, "seconds": 1, "minute": 60, "minutes": 60}
-
-
-def duration_seconds(text: str) -> int:
-    """Seconds of a duration written ``'<number> <unit>'`` (``30 seconds``, ``1 minute``)."""
-    parts = text.split()
-    if len(parts) != 2 or not parts[0].isdigit() or parts[1] not in DURATION_UNITS:
-        raise ValueError("expected '<number> seconds' or '<number> minutes', e.g. '20 seconds'")
-    return int(parts[0]) * DURATION_UNITS[parts[1]]
-
-
 class ShutdownConfig(_Strict):
     """How `cdc run` stops on SIGTERM or SIGINT (README "Stopping it")."""
 
-    grace_period: str = Field(
+    grace_period: Duration = Field(
         "20 seconds",
         description="How long the running micro-batch may take to finish once the signal came; "
         "past it (or at a second signal) the batch is left to the replay at the next start and "
@@ -415,12 +419,6 @@ class ShutdownConfig(_Strict):
         "10 s under the supervisor's kill timeout (Kubernetes' `terminationGracePeriodSeconds`, "
         "30 s by default; systemd's `TimeoutStopSec`)",
     )
-
-    @field_validator("grace_period")
-    @classmethod
-    def _duration(cls, value: str) -> str:
-        duration_seconds(value)
-        return value
 
     @property
     def grace_seconds(self) -> int:

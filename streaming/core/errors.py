@@ -6,6 +6,8 @@
 ``ConfigError``    a wrong configuration or dataset definition: the job refuses to start.
 ``CheckpointHeld`` another runner holds the checkpoint (``core.lease``): the job refuses to start.
 ``LeaseLost``      another runner took this one's lease: the job stops before its next commit.
+``StorageFull``, ``StorageNotWritable``, ``QueryFailed``
+                   a running job's failure, told apart by ``core.failures``: exit 2.
 """
 
 from __future__ import annotations
@@ -59,3 +61,21 @@ class LeaseLost(CdcError):
     frozen, or cut off from the store): the job stops before its next commit."""
 
     code = "LEASE_LOST"
+
+
+class StorageFull(CdcError):
+    """The warehouse or checkpoints' storage is full (``core.failures``)."""
+
+    code = "STORAGE_FULL"
+
+
+class StorageNotWritable(CdcError):
+    """The warehouse or checkpoints cannot be written (``core.failures``)."""
+
+    code = "STORAGE_NOT_WRITABLE"
+
+
+class QueryFailed(CdcError):
+    """The streaming query failed for another reason (``core.failures``)."""
+
+    code = "QUERY_FAILED"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from streaming.core.errors import CdcError
+from streaming.core.errors import CdcError, QueryFailed, StorageFull, StorageNotWritable
 
 _FULL = re.compile(r"No space left on device|Disk quota exceeded")
 _NOT_WRITABLE = re.compile(
@@ -24,18 +24,6 @@ _NOT_WRITABLE = re.compile(
     r"|DELTA_CANNOT_CREATE_LOG_PATH|Mkdirs failed to create"
 )
 _CAUSE_LINES = 3
-
-
-class StorageFull(CdcError):
-    code = "STORAGE_FULL"
-
-
-class StorageNotWritable(CdcError):
-    code = "STORAGE_NOT_WRITABLE"
-
-
-class QueryFailed(CdcError):
-    code = "QUERY_FAILED"
 
 
 REPLAY = "started again, the job replays the batch that failed; nothing is applied twice"
