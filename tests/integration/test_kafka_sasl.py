@@ -85,6 +85,42 @@ def secrets_env(*, spark: str, client: str, user: str = USER) -> dict[str, str]:
     }
 
 
+def write_config(
+    root: Path,
+    broker: LocalKafkaBroker,
+    transactions: str,
+    outcomes: str,
+    user: str,
+    trigger: dict[str, str] | None = None,
+    **kafka: str,
+) -> Path:
+    """``root/cdc.yaml``: petstore from ``root``, no landing folder, Kafka over the broker's SASL
+    listener as docs/deploy.md §7 configures it (the secrets come from the environment:
+    ``secrets_env``); ``kafka`` adds keys of the ``kafka`` section."""
+    config: dict[str, object] = {
+        "warehouse": "./warehouse",
+        "checkpoints": "./checkpoints",
+        "datasets": {"petstore": "petstore.yaml"},
+        "landing": {},
+        "allowed_locations": ["./data"],
+        "base_dir": str(root),
+        "spark": {"shuffle_partitions": 2},
+        "kafka": {
+            "bootstrap": broker.sasl_bootstrap,
+            "transactions_topic": transactions,
+            "outcomes_topic": outcomes,
+            "options": {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": MECHANISM},
+            "client_options": {"sasl.username": user},
+            **kafka,
+        },
+    }
+    if trigger is not None:
+        config["trigger"] = trigger
+    path = root / "cdc.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def end_offset(broker: LocalKafkaBroker, topic: str) -> int:
     """The end offset of the topic's one partition, over the PLAINTEXT listener: the test looks
     at the topics behind the job's back."""
@@ -110,27 +146,7 @@ def test_sasl_scram_publish_run_results_refused_with_wrong_credentials_and_no_se
     data.write_text('{"id": "dog1", "name": "Rex"}\n{"id": "dog2", "name": "Fido"}\n')
     requests = tmp_path / "requests.jsonl"
     requests.write_text(request("tx-sasl-1", upsert("./data/a")) + "\n")
-    config = tmp_path / "cdc.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "warehouse": "./warehouse",
-                "checkpoints": "./checkpoints",
-                "datasets": {"petstore": "petstore.yaml"},
-                "landing": {},
-                "allowed_locations": ["./data"],
-                "base_dir": str(tmp_path),
-                "spark": {"shuffle_partitions": 2},
-                "kafka": {
-                    "bootstrap": sasl_broker.sasl_bootstrap,
-                    "transactions_topic": TRANSACTIONS,
-                    "outcomes_topic": OUTCOMES,
-                    "options": {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": MECHANISM},
-                    "client_options": {"sasl.username": USER},
-                },
-            }
-        )
-    )
+    config = write_config(tmp_path, sasl_broker, TRANSACTIONS, OUTCOMES, USER)
     layout = Layout(str(tmp_path / "warehouse"), str(tmp_path / "checkpoints"), "cdc")
     shown: list[str] = []  # everything printed or logged, searched for the passwords at the end
 
@@ -264,28 +280,14 @@ def test_credentials_revoked_while_the_job_runs_stop_it_with_kafka_auth_failed(
         data = tmp_path / "data" / f"r{n}" / "petstore" / "Dog" / "part.json"
         data.parent.mkdir(parents=True)
         data.write_text(f'{{"id": "dog{n}", "name": "Rex {n}"}}\n')
-    config = tmp_path / "cdc.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "warehouse": "./warehouse",
-                "checkpoints": "./checkpoints",
-                "datasets": {"petstore": "petstore.yaml"},
-                "landing": {},
-                "allowed_locations": ["./data"],
-                "base_dir": str(tmp_path),
-                "spark": {"shuffle_partitions": 2},
-                "trigger": {"interval": "1 second"},
-                "kafka": {
-                    "bootstrap": sasl_broker.sasl_bootstrap,
-                    "transactions_topic": REVOKED_TRANSACTIONS,
-                    "outcomes_topic": REVOKED_OUTCOMES,
-                    "options": {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": MECHANISM},
-                    "client_options": {"sasl.username": REVOKED},
-                    "recheck_interval": "2 seconds",
-                },
-            }
-        )
+    config = write_config(
+        tmp_path,
+        sasl_broker,
+        REVOKED_TRANSACTIONS,
+        REVOKED_OUTCOMES,
+        REVOKED,
+        trigger={"interval": "1 second"},
+        recheck_interval="2 seconds",
     )
     secrets = secrets_env(spark=PASSWORD, client=PASSWORD, user=REVOKED)
     layout = Layout(str(tmp_path / "warehouse"), str(tmp_path / "checkpoints"), "cdc")
