@@ -344,6 +344,17 @@ class AvroCodec:
         schema_id, body = split(payload)
         return _drop_nulls(read_body(schema_id, self.schema(schema_id), body))
 
+    def decode_change(self, payload: bytes) -> Any:
+        """A change feed's key or value (Debezium's Avro converter) → its value, as fastavro
+        reads it (Avro logical types as Python values)."""
+        try:
+            schema_id, body = split(payload)
+            return read_body(schema_id, self.schema(schema_id), body)
+        except RejectedError:
+            raise
+        except Exception as e:
+            raise RejectedError(f"not Avro of a known schema: {e}", code="INVALID_AVRO") from e
+
     def encode_request(self, value: Mapping[str, Any]) -> bytes:
         """A JSON-shaped request → a message (``ValueError`` if it does not fit the schema)."""
         schema_id, schema = self._writer(

@@ -3,11 +3,12 @@
 Both sources are projected onto ``RAW_COLUMNS`` so they can be unioned into one query (one
 checkpoint, one sink, one writer per table):
 
-  kind       'kafka' | 'landing' | 'dms'
+  kind       'kafka' | 'landing' | 'dms' | 'changes'
   name       topic | file path
   partition  Kafka partition (0 for files)
   offset     Kafka offset (0 for files: lines are numbered when the file is split)
   mtime      Kafka record timestamp | file modification time
+  key        message key ('changes': a change feed's record; NULL for the others)
   payload    message value | whole file content (empty for DMS files: Spark reads them later)
 
 A DMS change file ``<landing.dms>/<dataset>/<schema path>/<file>.parquet`` becomes the request
@@ -39,6 +40,7 @@ from pyspark.sql.types import (
 
 from connectors.kafka_check import kafka_source_options
 from streaming.core.batch import RawRequest, SourcePosition, split_landing_file
+from streaming.core.changefeed import Received
 from streaming.core.config import KafkaConfig, LandingConfig
 
 log = logging.getLogger(__name__)
@@ -51,16 +53,28 @@ BINARY_FILE_SCHEMA = StructType(
         StructField("content", BinaryType()),
     ]
 )
-RAW_COLUMNS = ["kind", "name", "partition", "offset", "mtime", "payload"]
+RAW_COLUMNS = ["kind", "name", "partition", "offset", "mtime", "key", "payload"]
 
 
 def kafka_requests(spark: SparkSession, cfg: KafkaConfig) -> DataFrame:
     """The transactions topic, read from the configured starting offsets."""
+    return _kafka(spark, cfg, [cfg.transactions_topic], "kafka", cfg.starting_offsets)
+
+
+def change_feed_records(spark: SparkSession, cfg: KafkaConfig, topics: Sequence[str]) -> DataFrame:
+    """The change feeds' topics (``kafka.change_feeds``), every record from the earliest offset
+    a new checkpoint finds: a database's history is not to be skipped."""
+    return _kafka(spark, cfg, topics, "changes", "earliest")
+
+
+def _kafka(
+    spark: SparkSession, cfg: KafkaConfig, topics: Sequence[str], kind: str, starting: str
+) -> DataFrame:
     reader = (
         spark.readStream.format("kafka")
         .options(**kafka_source_options(cfg))  # bootstrap + the Java client's settings
-        .option("subscribe", cfg.transactions_topic)
-        .option("startingOffsets", cfg.starting_offsets)
+        .option("subscribe", ",".join(topics))
+        .option("startingOffsets", starting)
         .option("failOnDataLoss", "true")
         # Ride out a broker outage of a minute or so instead of failing the query.
         .option("fetchOffset.numRetries", "30")
@@ -69,11 +83,12 @@ def kafka_requests(spark: SparkSession, cfg: KafkaConfig) -> DataFrame:
     if cfg.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", cfg.max_offsets_per_trigger)
     return reader.load().select(
-        F.lit("kafka").alias("kind"),
+        F.lit(kind).alias("kind"),
         F.col("topic").alias("name"),
         F.col("partition").cast("int").alias("partition"),
         F.col("offset").cast("long").alias("offset"),
         F.col("timestamp").alias("mtime"),
+        (F.col("key") if kind == "changes" else F.lit(None).cast("binary")).alias("key"),
         F.col("value").alias("payload"),
     )
 
@@ -99,6 +114,7 @@ def _files(
         F.lit(0).alias("partition"),
         F.lit(0).cast("long").alias("offset"),
         F.col("modificationTime").alias("mtime"),
+        F.lit(None).cast("binary").alias("key"),
         payload.alias("payload"),
     )
 
@@ -273,7 +289,9 @@ def passed_over_dms_files(
         if fs.exists(hpath):
             millis = fs.getFileStatus(hpath).getModificationTime()
             mtime = datetime.fromtimestamp(millis / 1000, UTC)
-        found.append(Row(kind="dms", name=path, partition=0, offset=0, mtime=mtime, payload=b""))
+        found.append(
+            Row(kind="dms", name=path, partition=0, offset=0, mtime=mtime, key=None, payload=b"")
+        )
     return found
 
 
@@ -319,10 +337,30 @@ def _utc(value: datetime | None) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
+def change_records(rows: Iterable[Row], received_at: datetime) -> list[Received]:
+    """The change feeds' records among collected raw rows."""
+    return [
+        Received(
+            row["name"],
+            row["partition"],
+            row["offset"],
+            None if row["key"] is None else bytes(row["key"]),
+            None if row["payload"] is None else bytes(row["payload"]),
+            _utc(row["mtime"]),
+            received_at,
+        )
+        for row in rows
+        if row["kind"] == "changes"
+    ]
+
+
 def to_raw_requests(rows: Iterable[Row], dms_zone: str | None = None) -> list[RawRequest]:
-    """Collected raw rows → one ``RawRequest`` per Kafka record, landing-file line or DMS file."""
+    """Collected raw rows → one ``RawRequest`` per Kafka record, landing-file line or DMS file
+    (a change feed's records are not requests of their own: ``change_records``)."""
     raws: list[RawRequest] = []
     for row in rows:
+        if row["kind"] == "changes":
+            continue
         mtime = _utc(row["mtime"])
         payload = bytes(row["payload"] or b"")
         if row["kind"] == "landing":

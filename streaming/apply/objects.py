@@ -78,6 +78,7 @@ from streaming.storage.tombstones import DeletedKeys, later
 
 log = logging.getLogger(__name__)
 
+
 def _fold_schema(data: StructType, mark: StructType | None) -> StructType:
     fields = [
         StructField("__row_kind", StringType()),

@@ -27,24 +27,28 @@ from streaming.core.requests import (
 class SourcePosition:
     """Where a request came from: a Kafka record or a line of a landing file."""
 
-    kind: Literal["landing", "dms", "kafka"]
+    kind: Literal["landing", "dms", "kafka", "changes"]
     name: str
-    """landing, dms: the file path; kafka: the topic."""
+    """landing, dms: the file path; kafka: the topic; changes: the record that anchors a
+    source transaction of a change feed (``core.changefeed``): ``kafka:<topic>[<p>]@<offset>``."""
     partition: int = 0
     offset: int = 0
-    """kafka: the record offset; landing: the 1-based line number."""
+    """kafka: the record offset; landing: the 1-based line number; changes: the place in the
+    order ``core.changefeed.assemble`` gives (commit order)."""
     mtime: datetime | None = None
 
     def sort_key(self) -> tuple[int, float, str, int, int]:
         if self.kind in ("landing", "dms"):  # files: by modification time, name, line
             stamp = self.mtime.timestamp() if self.mtime else 0.0
             return (0, stamp, self.name, 0, self.offset)
+        if self.kind == "changes":  # after requests, in the feeds' own order
+            return (2, 0.0, "", self.partition, self.offset)
         return (1, 0.0, self.name, self.partition, self.offset)
 
     def __str__(self) -> str:
         if self.kind == "landing":
             return f"{self.name}:{self.offset}"  # the file URI Spark lists, then the line
-        if self.kind == "dms":
+        if self.kind in ("dms", "changes"):
             return self.name
         return f"kafka:{self.name}[{self.partition}]@{self.offset}"
 

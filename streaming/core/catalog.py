@@ -198,7 +198,6 @@ class SchemaDef(_Model):
     def is_record(self) -> bool:
         return self.kind == "record"
 
-
     @property
     def changes_by_watermark(self) -> bool:
         """Seed 001: with a watermark or a tombstone key, several rows of one key are changes

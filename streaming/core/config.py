@@ -280,6 +280,69 @@ Duration = Annotated[str, AfterValidator(_valid_duration)]
 """A config value written ``'<number> seconds'`` or ``'<number> minutes'``."""
 
 
+class ChangeFeedConfig(_Strict):
+    """A database's change events on Kafka, applied to a dataset (docs/interface.md, "Change
+    events from a database"): Debezium's envelope, or AWS DMS's Kafka target."""
+
+    name: str = Field(
+        description="The feed's name: its transactions are `<format>:<name>:<source id>`",
+        pattern=r"^[A-Za-z0-9_.-]+$",
+    )
+    dataset: str = Field(description="The dataset whose schemas the source tables map to")
+    format: Literal["debezium", "dms"] = Field(
+        "debezium",
+        description="`debezium` (JSON with or without the converter's schema, or "
+        "Avro with `kafka.format: avro`) or `dms` (AWS DMS's Kafka target, JSON)",
+    )
+    topic_prefix: str | None = Field(
+        None,
+        description="debezium: the connector's `topic.prefix`; its topics are "
+        "`<prefix>.<db schema>.<table>`",
+    )
+    topic: str | None = Field(None, description="dms: the one topic DMS writes every table to")
+    tables: dict[str, str] = Field(
+        default_factory=dict,
+        description="Schema name → source table (`<db schema>.<table>`); empty: every object "
+        "schema of the dataset, named as its source table",
+    )
+    transaction_metadata: bool = Field(
+        True,
+        description="debezium: read BEGIN/END from `<prefix>.transaction` (the connector's "
+        "`provide.transaction.metadata=true`) and apply each source transaction whole, in "
+        "commit order; false: per key only",
+    )
+    position_property: str = Field(
+        "sourcePosition",
+        description="The string property of every mapped schema that keeps "
+        "the source position of a row's last change: the schema's watermark",
+    )
+    max_wait: Duration = Field(
+        "10 minutes",
+        description="How long a source transaction may stay incomplete; then it "
+        "is REJECTED (SOURCE_TRANSACTION_INCOMPLETE), its events kept in quarantine",
+    )
+    max_pending_events: int = Field(
+        100_000,
+        gt=0,
+        description="Events of incomplete transactions kept at most; beyond, "
+        "the oldest incomplete transaction is REJECTED as after `max_wait`",
+    )
+
+    @model_validator(mode="after")
+    def _topics_given(self) -> ChangeFeedConfig:
+        if self.format == "debezium" and not self.topic_prefix:
+            raise ValueError("topic_prefix: required with format debezium")
+        if self.format == "dms" and not self.topic:
+            raise ValueError("topic: required with format dms")
+        return self
+
+    @property
+    def transaction_topic(self) -> str | None:
+        if self.format == "debezium" and self.transaction_metadata:
+            return f"{self.topic_prefix}.transaction"
+        return None
+
+
 class KafkaConfig(_Strict):
     """Kafka topics for transaction requests and outcome events."""
 
@@ -318,6 +381,10 @@ class KafkaConfig(_Strict):
         None,
         validate_default=True,
         description="Avro schemas; required with `format: avro` (`registry` or `schemas`)",
+    )
+    change_feeds: list[ChangeFeedConfig] = Field(
+        default_factory=list,
+        description="Databases' change events to apply (Debezium, DMS on Kafka); docs/interface.md",
     )
     recheck_interval: Duration = Field(
         "10 seconds",

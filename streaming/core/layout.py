@@ -70,6 +70,11 @@ class Layout:
     def quarantine(self) -> str:
         return _join(self.warehouse, "_system", "quarantine")
 
+    @property
+    def pending(self) -> str:
+        """Change-feed records of source transactions not applied yet (``storage.pending``)."""
+        return _join(self.warehouse, "_system", "pending")
+
     # -- streaming ---------------------------------------------------------------------------
     @property
     def checkpoint(self) -> str:

@@ -9,7 +9,7 @@ a single byte is written.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -98,7 +98,23 @@ class TableRows:
     is_path: bool
 
 
-Source = Files | SchemaRows | TableRows
+@dataclass(frozen=True)
+class Events:
+    """The rows of one table of a source transaction of a change feed (``core.changefeed``),
+    staged on the driver by the sink: DMS-shaped (``Op``), read as a DMS file is."""
+
+    location: str
+    rows: tuple[Mapping[str, Any], ...]
+    column_format: ColumnFormat
+    column_mapping: Mapping[str, str]
+    format: DataFormat = DataFormat.DMS
+
+
+Staged = Callable[[str, str], Sequence[Mapping[str, Any]] | None]
+"""(transaction id, ``locationUri``) → the staged rows of that transaction there, or None."""
+
+
+Source = Files | SchemaRows | TableRows | Events
 
 
 @dataclass(frozen=True)
@@ -190,6 +206,7 @@ class _Context:
     base_dir: str
     allowed_locations: list[str]
     exists: Callable[[str], Literal["dir", "file"] | None]
+    staged: Staged | None = None
 
     def dataset(self, name: str) -> Dataset:
         dataset = self.datasets.get(name)
@@ -412,6 +429,16 @@ def _action_loads(
     if op in (Operation.MERGE, Operation.REPLACE):
         raise RejectedError(f"{where}: {op} needs a source schema", code="MISSING_FIELD")
     assert action.location_uri is not None
+    staged = ctx.staged(request.transaction_id, action.location_uri) if ctx.staged else None
+    if staged is not None:
+        target = targets[0]
+        events = Events(
+            action.location_uri,
+            tuple(staged),
+            _column_format(action, target, DataFormat.DMS),
+            {**target.column_mapping, **action.column_mapping},
+        )
+        return [(target, events, None, frozenset())]
     if action.location_uri.startswith(("delta://", "table://")):
         if action.target is None:
             raise RejectedError(
@@ -431,9 +458,12 @@ def plan_transaction(
     base_dir: str,
     allowed_locations: list[str],
     exists: Callable[[str], Literal["dir", "file"] | None],
+    staged: Staged | None = None,
 ) -> PlannedTransaction:
-    """Validate ``request`` and list its loads, numbered from ``first_ordinal``."""
-    ctx = _Context(datasets, layout, base_dir, allowed_locations, exists)
+    """Validate ``request`` and list its loads, numbered from ``first_ordinal``. ``staged``:
+    the rows of the batch's source transactions, by transaction and location (a request of any
+    other id cannot name them)."""
+    ctx = _Context(datasets, layout, base_dir, allowed_locations, exists, staged)
     ctx.dataset(request.dataset)
     loads: list[Load] = []
     for index, action in enumerate(request.actions):

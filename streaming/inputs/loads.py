@@ -10,6 +10,7 @@ short or foreign file is rejected without a Spark task failing on it). The per-r
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections import Counter, defaultdict
@@ -33,6 +34,7 @@ from pyspark.sql.types import (
     MapType,
     NumericType,
     StringType,
+    StructField,
     StructType,
 )
 from pyspark.util import inheritable_thread_target
@@ -51,7 +53,7 @@ from streaming.core.datafiles import (
 )
 from streaming.core.errors import RejectedError
 from streaming.core.fold import ChangeKind
-from streaming.core.plan import Files, Load, Location, SchemaRows
+from streaming.core.plan import Events, Files, Load, Location, SchemaRows
 from streaming.core.requests import DataFormat, Operation
 from streaming.inputs.jsonfiles import (
     BATCHED_KINDS,
@@ -180,12 +182,14 @@ def _numbered_by_file(df: DataFrame, *, one_file: bool = False) -> DataFrame:
 def _read(spark: SparkSession, load: Load, reader: Reader) -> DataFrame:
     if isinstance(load.source, Files):
         return _read_files(spark, load.source)
-    assert load.source is not None
+    assert load.source is not None and not isinstance(load.source, Events)  # _events_together
     return reader.rows(load.source)
 
 
 def _describe(load: Load) -> str:
     """Where a load's rows come from, for messages."""
+    if isinstance(load.source, Events):
+        return f"change events {load.source.location}"
     if isinstance(load.source, Files):
         return f"{load.source.format} data at {load.source.location.path}"
     if isinstance(load.source, SchemaRows):
@@ -200,7 +204,7 @@ def _kind(load: Load, raw: DataFrame, schema: SchemaDef, sources: dict[str, str]
         return F.lit(None).cast("string")
     kind = F.lit(load.kind.value)
     deleted: Column | None = None
-    fmt = load.source.format if isinstance(load.source, Files) else None
+    fmt = load.source.format if isinstance(load.source, Files | Events) else None
     op = _op_column(load, raw)
     if op is not None:
         deleted = F.upper(F.col(f"`{op}`")) == F.lit(DMS_DELETE)
@@ -226,7 +230,7 @@ def _kind(load: Load, raw: DataFrame, schema: SchemaDef, sources: dict[str, str]
 def _op_column(load: Load, raw: DataFrame) -> str | None:
     """A DMS load's ``Op`` column (in any case), if its data has one."""
     files = load.source
-    if not (isinstance(files, Files) and files.format is DataFormat.DMS):
+    if not (isinstance(files, Files | Events) and files.format is DataFormat.DMS):
         return None
     return next((c for c in raw.columns if c.lower() == DMS_OP.lower()), None)
 
@@ -247,7 +251,7 @@ def resolve_sources(load: Load, columns: Sequence[str]) -> tuple[dict[str, str],
     has)."""
     schema = load.schema
     props = schema.data_columns()
-    files = load.source if isinstance(load.source, Files) else None
+    files = load.source if isinstance(load.source, Files | Events) else None
     extended = files is not None and files.format is DataFormat.EXTENDED
     keys = ["id"] if schema.is_object else []
     sources = resolve_columns(
@@ -255,7 +259,7 @@ def resolve_sources(load: Load, columns: Sequence[str]) -> tuple[dict[str, str],
         [c for c in columns if c not in (CORRUPT, ROW, *META_SOURCE_COLUMNS)],
         files.column_format if files else ColumnFormat.AS_SPECIFIED,
         dict(files.column_mapping) if files else {},
-        relaxed=files.location.local if files else True,
+        relaxed=files.location.local if isinstance(files, Files) else True,
     )
     if extended:
         sources |= {p: f"{VALUE}{p}" for p in props if f"{VALUE}{p}" in columns}
@@ -327,6 +331,8 @@ def load_wave(
         loaded = [Loaded(tuple(group.loads), group.frame) for group in groups]
         read = {load.ordinal for load in batched}
         rest = [load for load in loads if load.ordinal not in read and load.source is not None]
+        events, rest = _events_together(spark, rest, reader)
+        loaded.extend(events)
         together, rest = _dms_together(spark, rest, reader)
         loaded.extend(together)
 
@@ -440,6 +446,50 @@ def _read_together(spark: SparkSession, group: Sequence[Load], reader: Reader) -
     ordinal = per_file(lambda load: load.ordinal)
     transaction = per_file(lambda load: load.transaction_id)
     return _changes_of(group[0], raw, reader, ordinal, transaction)
+
+
+def _events_together(
+    spark: SparkSession, loads: Sequence[Load], reader: Reader
+) -> tuple[list[Loaded], list[Load]]:
+    """The change rows of a wave's change-feed loads (``Events``: rows staged on the driver),
+    one frame per target table: the rows cross to the JVM as JSON text, one per row, and are
+    parsed by ``from_json`` — a primitive column as text, which ``_changes_of`` casts to the
+    schema's type as it casts a file's column (a value that does not fit is a mistyped value,
+    as in a file), a nested one as the schema's type. Returns the frames and the other loads."""
+    groups: dict[tuple[Any, ...], list[Load]] = defaultdict(list)
+    rest: list[Load] = []
+    for load in loads:
+        source = load.source
+        if isinstance(source, Events):
+            mapping = tuple(sorted(source.column_mapping.items()))
+            groups[(load.writes, load.kind, source.column_format, mapping)].append(load)
+        else:
+            rest.append(load)
+    return [Loaded(tuple(g), _events_frame(spark, g, reader)) for g in groups.values()], rest
+
+
+def _events_frame(spark: SparkSession, group: Sequence[Load], reader: Reader) -> DataFrame:
+    columns: dict[str, None] = {}
+    rows: list[tuple[int, str, int, str]] = []
+    for load in group:
+        assert isinstance(load.source, Events)
+        for index, row in enumerate(load.source.rows):
+            columns.update(dict.fromkeys(row))
+            rows.append((load.ordinal, load.transaction_id, index, json.dumps(row, default=str)))
+    sources, _ = resolve_sources(group[0], list(columns))
+    nested = {
+        sources[f.name]: f.dataType
+        for f in spark_schema(group[0].schema).fields
+        if f.name in sources and isinstance(f.dataType, ArrayType | MapType | StructType)
+    }
+    shape = StructType([StructField(c, nested.get(c, StringType())) for c in columns])
+    frame = spark.createDataFrame(
+        rows, "__ordinal long, __tx string, __row long, __json string"
+    ).select(
+        "__ordinal", "__tx", F.col("__row").alias(ROW), F.from_json("__json", shape).alias("__e")
+    )
+    raw = frame.select("__ordinal", "__tx", ROW, *[F.col("__e")[c].alias(c) for c in columns])
+    return _changes_of(group[0], raw, reader, F.col("__ordinal"), F.col("__tx"))
 
 
 FILE_READERS = 4
@@ -783,7 +833,7 @@ def _check_stats(
 
 def _op_checked(load: Load) -> bool:
     """Whether a load's rows may have an ``Op`` to check (DMS data)."""
-    return isinstance(load.source, Files) and load.source.format is DataFormat.DMS
+    return isinstance(load.source, Files | Events) and load.source.format is DataFormat.DMS
 
 
 def _where(load: Load) -> str:
@@ -817,7 +867,10 @@ def _many_changes_per_key(load: Load) -> bool:
     """Whether several rows of one key in ``load`` are changes, applied in file order: DMS files;
     JSON and Parquet files of UPSERT, PATCH, DELETE or INSERT_IGNORE into a schema with a
     watermark or a tombstone key (seed 001: the rows of a key are resolved by the watermark,
-    NULL smallest, on a tie the later row wins). Otherwise a key given twice is DUPLICATE_ID."""
+    NULL smallest, on a tie the later row wins). Otherwise a key given twice is DUPLICATE_ID.
+    A change feed's events are changes, as DMS rows are."""
+    if isinstance(load.source, Events):
+        return True
     if not isinstance(load.source, Files):
         return False
     if load.source.format is DataFormat.DMS:

@@ -8,7 +8,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import NoReturn
@@ -22,6 +22,7 @@ from connectors.kafka_check import CredentialWatch, check_kafka, java_text, refu
 from connectors.kafka_io import OutcomePublisher, outcome_publisher
 from connectors.sources import (
     RAW_COLUMNS,
+    change_feed_records,
     dms_files,
     kafka_requests,
     landing_requests,
@@ -29,6 +30,7 @@ from connectors.sources import (
 )
 from streaming.core.batch import decode_json_request
 from streaming.core.catalog import Dataset, load_dataset
+from streaming.core.changefeed import Feed, decode_json_value, feed_of
 from streaming.core.config import AppConfig
 from streaming.core.errors import CdcError, ConfigError
 from streaming.core.failures import query_failure
@@ -47,7 +49,12 @@ from streaming.runtime.stopping import (
     StopRequested,
 )
 from streaming.storage.evolution import evolve
-from streaming.storage.schemas import LEDGER_SCHEMA, OUTCOMES_SCHEMA, QUARANTINE_SCHEMA
+from streaming.storage.schemas import (
+    LEDGER_SCHEMA,
+    OUTCOMES_SCHEMA,
+    PENDING_SCHEMA,
+    QUARANTINE_SCHEMA,
+)
 from streaming.storage.tables import add_missing_columns, ensure_table
 
 log = logging.getLogger(__name__)
@@ -76,6 +83,7 @@ def prepare_tables(
     layout: Layout,
     *,
     deletion_vectors: bool = False,
+    feeds: bool = False,
 ) -> None:
     """Create every table the job writes (empty), so readers find them from the start, and bring
     the tables of changed dataset definitions up to date (``storage.evolution``) — or refuse
@@ -85,6 +93,8 @@ def prepare_tables(
     add_missing_columns(spark, layout.ledger, LEDGER_SCHEMA)  # ledgers of older versions
     ensure_table(spark, layout.outcomes, OUTCOMES_SCHEMA)
     ensure_table(spark, layout.quarantine, QUARANTINE_SCHEMA)
+    if feeds:
+        ensure_table(spark, layout.pending, PENDING_SCHEMA)
     evolve(spark, datasets, layout, deletion_vectors=deletion_vectors)
 
 
@@ -104,8 +114,9 @@ def _ensure_dir(spark: SparkSession, path: str) -> str:
     return path
 
 
-def request_stream(spark: SparkSession, cfg: AppConfig) -> DataFrame:
-    """All request sources of the config, unioned into one stream of raw records."""
+def request_stream(spark: SparkSession, cfg: AppConfig, feeds: Sequence[Feed] = ()) -> DataFrame:
+    """All request sources of the config (and the change feeds' topics), unioned into one
+    stream of raw records."""
     streams: list[DataFrame] = []
     if cfg.landing.transactions:
         folder = _ensure_dir(spark, cfg.landing.transactions)
@@ -114,6 +125,9 @@ def request_stream(spark: SparkSession, cfg: AppConfig) -> DataFrame:
         streams.append(dms_files(spark, cfg.landing, _ensure_dir(spark, cfg.landing.dms)))
     if cfg.kafka is not None:
         streams.append(kafka_requests(spark, cfg.kafka))
+        topics = sorted({t for feed in feeds for t in feed.all_topics})
+        if topics:
+            streams.append(change_feed_records(spark, cfg.kafka, topics))
     if not streams:
         raise ConfigError("landing / kafka: configure at least one source")
     union = streams[0].select(RAW_COLUMNS)
@@ -185,9 +199,19 @@ class Job:
         lease: Lease,
     ) -> Job:
         datasets = load_datasets(cfg)
-        # Before anything else connects: a definition its tables cannot follow stops here.
-        prepare_tables(spark, datasets, layout, deletion_vectors=cfg.tables.deletion_vectors)
         kafka = cfg.kafka
+        feeds = [
+            feed_of(feed, index, datasets)
+            for index, feed in enumerate(kafka.change_feeds if kafka else [])
+        ]
+        # Before anything else connects: a definition its tables cannot follow stops here.
+        prepare_tables(
+            spark,
+            datasets,
+            layout,
+            deletion_vectors=cfg.tables.deletion_vectors,
+            feeds=bool(feeds),
+        )
         if kafka is not None:  # credentials the broker refuses stop the job here
             check_kafka(spark, kafka)
         codec = codec_for(kafka)  # Avro schemas are read (or fetched) at startup
@@ -207,6 +231,8 @@ class Job:
             refusal=partial(refusal_in, kafka) if kafka else None,
             metrics=metrics,
             lease=lease,
+            feeds=feeds,
+            decode_change=codec.decode_change if codec else decode_json_value,
         )
         return cls(spark, cfg, datasets, layout, sink, exporter=exporter, lease=lease)
 
@@ -231,7 +257,7 @@ class Job:
         self.spark.streams.addListener(self.listener)
         PY4J_LOG.addFilter(QUIET_STOP)
         writer = (
-            request_stream(self.spark, self.cfg)
+            request_stream(self.spark, self.cfg, self.sink.feeds)
             .writeStream.queryName(self.cfg.query_name)
             .option("checkpointLocation", self.layout.checkpoint)
             .foreachBatch(self.sink)

@@ -16,7 +16,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Literal
@@ -24,7 +24,7 @@ from typing import Literal
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
-from connectors.sources import passed_over_dms_files, to_raw_requests
+from connectors.sources import change_records, passed_over_dms_files, to_raw_requests
 from streaming.apply import records
 from streaming.apply.objects import TableResult, append_history, apply_to_object_table
 from streaming.core.batch import (
@@ -33,12 +33,22 @@ from streaming.core.batch import (
     Refused,
     Repeated,
     RequestDecoder,
+    SourcePosition,
     Verdict,
     decode_json_request,
     transaction_ids,
     triage,
 )
 from streaming.core.catalog import Dataset
+from streaming.core.changefeed import (
+    Decode,
+    Feed,
+    Received,
+    SourceTransaction,
+    assemble,
+    decode_changes_request,
+    staged_at,
+)
 from streaming.core.errors import CdcError, FailedError, LeaseLost, RejectedError
 from streaming.core.faults import crash_point
 from streaming.core.fold import EFFECTS, Effect
@@ -54,7 +64,7 @@ from streaming.runtime.metering import Cost, Meter
 from streaming.runtime.metrics import Metrics
 from streaming.runtime.parallel import Sessions
 from streaming.runtime.stopping import BatchGate, StopRequested
-from streaming.storage import ledger, system
+from streaming.storage import ledger, pending, system
 from streaming.storage.commits import BatchCommit
 from streaming.storage.timeline import Timeline
 from streaming.storage.tombstones import DeletedKeys
@@ -92,6 +102,12 @@ class Sink:
     lease: Lease | None = None
     """The job's lease on its checkpoint, checked before every commit (``runtime.lease``);
     None: no fence (a sink outside a job)."""
+    feeds: Sequence[Feed] = ()
+    """The change feeds the query reads (``kafka.change_feeds``; ``core.changefeed``)."""
+    decode_change: Decode | None = None
+    """A change feed's key or value bytes → its value (JSON, or Avro with the registry)."""
+    waiting: pending.Waiting = field(default_factory=pending.Waiting, init=False)
+    """The change feeds' records that wait, held between batches (``storage.pending``)."""
     sessions: Sessions = field(init=False)
     gate: BatchGate = field(default_factory=BatchGate, init=False)
     """Whether a batch runs now; closed by a stopping job (``runtime.stopping``)."""
@@ -137,8 +153,9 @@ class Sink:
                 query = self.layout.query_name
                 rows += passed_over_dms_files(self.spark, query, batch_id, rows, self.dms_zone)
             raws = to_raw_requests(rows, self.dms_zone)
-            if raws:
-                self.process(raws, batch_id)
+            changes = change_records(rows, self.clock()) if self.feeds else []
+            if raws or changes:
+                self.process(raws, batch_id, changes)
             self._finished = batch_id
             done = True
             if self.metrics is not None:
@@ -166,20 +183,38 @@ class Sink:
                 message = f"{message}; interrupted by the stop: {interrupted}"
             raise LeaseLost(message) from None
 
-    def process(self, raws: Sequence[RawRequest], batch_id: int) -> list[Outcome]:
+    def process(
+        self, raws: Sequence[RawRequest], batch_id: int, changes: Sequence[Received] = ()
+    ) -> list[Outcome]:
         started = time.monotonic()
-        verdicts = self._triage(raws, batch_id)
-        admitted = [v for v in verdicts if isinstance(v, Admitted)]
-        planned, rejected = self._plan(admitted)
-        tables = {p for plan in planned for load in plan.loads for p in self._written(load)}
         # Only a batch that follows the one this sink finished cannot have run before.
         replay_possible = self._finished is None or batch_id != self._finished + 1
+        clock = self.clock
+        feeds: _FeedBatch | None = None
+        if self.feeds:
+            # The batch's time first (a replay's is its first run's): a transaction given up
+            # after ``max_wait`` is given up by the replay too.
+            at = Timeline.open(
+                self.spark,
+                self.query_key,
+                batch_id,
+                [self.layout.pending, self.layout.ledger],
+                self.clock,
+                replay_possible=replay_possible,
+            ).at
+            clock = partial(_fixed, at)
+            feeds = self._assemble(changes, batch_id, at, replay_possible=replay_possible)
+            raws = [*raws, *feeds.raws]
+        verdicts = self._triage(raws, batch_id)
+        admitted = [v for v in verdicts if isinstance(v, Admitted)]
+        planned, rejected = self._plan(admitted, feeds.staged if feeds else None)
+        tables = {p for plan in planned for load in plan.loads for p in self._written(load)}
         timeline = Timeline.open(
             self.spark,
             self.query_key,
             batch_id,
             tables,
-            self.clock,
+            clock,
             replay_possible=replay_possible,
         )
         meter = Meter.start(self.spark, [*tables, *self._histories(planned), *self._system])
@@ -194,12 +229,55 @@ class Sink:
             commit = timeline.commit()
             valid = [p for p in planned if p.request.transaction_id not in rejected]
             outcomes = self._outcomes(verdicts, valid, rejected, applied, commit)
-            self._record(verdicts, outcomes, rejected, applied.history, commit)
+            self._record(verdicts, outcomes, rejected, applied.history, commit, feeds)
         finally:
             self._release()
+        if feeds is not None:
+            self.waiting.finished(feeds.after)
         self._progress(batch_id, outcomes, applied, time.monotonic() - started, meter.stop())
         self._finished = batch_id
         return outcomes
+
+    def _assemble(
+        self, changes: Sequence[Received], batch_id: int, at: datetime, *, replay_possible: bool
+    ) -> _FeedBatch:
+        """The change feeds' records (this batch's and those waiting) → the requests of the
+        source transactions ready to apply, their staged rows, and what waits now."""
+        assert self.decode_change is not None
+        before = self.waiting.read(
+            self.spark,
+            self.layout.pending,
+            self.query_key,
+            batch_id,
+            replay_possible=replay_possible,
+        )
+        by_topic = {topic: feed for feed in self.feeds for topic in feed.all_topics}
+        new: dict[str, list[Received]] = defaultdict(list)
+        for record in changes:
+            feed = by_topic.get(record.topic)
+            if feed is not None:  # stamped with the batch's time: the same on a replay
+                new[feed.name].append(replace(record, received_at=at))
+        raws: list[RawRequest] = []
+        staged: dict[str, SourceTransaction] = {}
+        after: dict[str, list[Received]] = {}
+        for index, feed in enumerate(self.feeds):
+            records = [*before.get(feed.name, []), *new.get(feed.name, [])]
+            if not records:
+                continue
+            assembly = assemble(feed, records, self.decode_change, at)
+            if assembly.waiting:
+                after[feed.name] = assembly.waiting
+            for place, item in enumerate(assembly.ready):
+                anchor = item.anchor or item.records[0]
+                position = SourcePosition("changes", anchor.where, index, place)
+                raws.append(RawRequest(position, item.payload(), anchor.received_at))
+                staged[item.transaction_id] = item
+        return _FeedBatch(raws, staged, before, after)
+
+    def _decode(self, raw: RawRequest) -> object:
+        if raw.position.kind == "changes":
+            return decode_changes_request(raw.payload)
+        return self.decode(raw)
 
     def _fence(self) -> None:
         """Before a commit: stop (``LeaseLost``) if another runner took the checkpoint."""
@@ -216,12 +294,14 @@ class Sink:
 
     # -- steps ----------------------------------------------------------------------------
     def _triage(self, raws: Sequence[RawRequest], batch_id: int) -> list[Verdict]:
-        ids = transaction_ids(raws, self.decode)
+        ids = transaction_ids(raws, self._decode)
         known = ledger.committed(self.spark, self.layout.ledger, ids, self.committed_ids)
-        return triage(raws, known, batch_id, self.decode, self.query_key)
+        return triage(raws, known, batch_id, self._decode, self.query_key)
 
     def _plan(
-        self, admitted: Sequence[Admitted]
+        self,
+        admitted: Sequence[Admitted],
+        staged: Mapping[str, SourceTransaction] | None = None,
     ) -> tuple[list[PlannedTransaction], dict[str, RejectedError]]:
         planned: list[PlannedTransaction] = []
         rejected: dict[str, RejectedError] = {}
@@ -237,6 +317,7 @@ class Sink:
                     base_dir=self.base_dir,
                     allowed_locations=self.allowed_locations,
                     exists=exists,
+                    staged=partial(_staged_rows, staged) if staged else None,
                 )
             except RejectedError as e:
                 rejected[item.request.transaction_id] = e
@@ -474,6 +555,7 @@ class Sink:
         rejected: Mapping[str, RejectedError],
         history: Sequence[tuple[TableResult, ObjectTable, BatchCommit]],
         commit: BatchCommit,
+        feeds: _FeedBatch | None = None,
     ) -> None:
         """The batch's appends, side by side: history, ledger and quarantine; then the outcomes
         table, then the outcomes topic. Each is made once per batch (``tables.append``), so a
@@ -495,6 +577,13 @@ class Sink:
             ),
             partial(system.quarantine, path=self.layout.quarantine, items=bad, commit=commit),
         ]
+        if feeds is not None:
+            path = self.layout.pending
+            writes.append(
+                partial(
+                    pending.write, path=path, before=feeds.before, after=feeds.after, commit=commit
+                )
+            )
         self.sessions.map(_call, writes)
         crash_point("after_ledger")
         self._fence()
@@ -553,6 +642,36 @@ class Sink:
             cost.jobs,
             seconds,
         )
+
+
+@dataclass(frozen=True)
+class _FeedBatch:
+    """A batch's change feeds: the requests of its ready source transactions, the
+    transactions by id (their rows, ``_staged_rows``), and the records waiting before and
+    after it (``storage.pending``)."""
+
+    raws: list[RawRequest]
+    staged: dict[str, SourceTransaction]
+    before: dict[str, list[Received]]
+    after: dict[str, list[Received]]
+
+
+def _staged_rows(
+    staged: Mapping[str, SourceTransaction], transaction_id: str, uri: str
+) -> list[dict[str, object]] | None:
+    """The rows a source transaction's action names (``core.plan.Staged``); a transaction that
+    cannot be applied (incomplete, unreadable, a truncate) is rejected with its error here."""
+    where = staged_at(uri)
+    item = staged.get(transaction_id)
+    if where is None or item is None or where[0] != transaction_id:
+        return None
+    if item.error is not None:
+        raise item.error
+    return item.rows(where[1])
+
+
+def _fixed(at: datetime) -> datetime:
+    return at
 
 
 class _Rejected(Exception):

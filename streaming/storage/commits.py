@@ -158,21 +158,28 @@ def scan_commits(
     return found, settled
 
 
+def overwrite(df: DataFrame, path: str, commit: BatchCommit) -> bool:
+    """Overwrite the Delta table at ``path`` with ``df`` once per (query, batch, step), as
+    ``append`` appends. Whether it made the commit."""
+    return _write(df, path, commit, "overwrite")
+
+
 def append(df: DataFrame, path: str, commit: BatchCommit) -> bool:
     """Append ``df`` to the Delta table at ``path`` once per (query, batch, step): when the batch
     may be a replay, a commit already in the table's latest commits (``batch_commits``) is not
     made again. One Spark job (the write): an append with ``txnAppId`` would add one that
     rebuilds the table's snapshot state to look the id up. Whether it made the commit."""
+    return _write(df, path, commit, "append")
+
+
+def _write(df: DataFrame, path: str, commit: BatchCommit, mode: str) -> bool:
     if commit.replay_possible and commit.step in batch_commits(
         df.sparkSession, path, commit.query, commit.batch_id
     ):
         return False
     on_conflict_retry(
         lambda: (
-            df.write.format("delta")
-            .mode("append")
-            .option("userMetadata", commit.metadata())
-            .save(path)
+            df.write.format("delta").mode(mode).option("userMetadata", commit.metadata()).save(path)
         ),
         what=path,
     )

@@ -16,6 +16,7 @@ from pyspark.sql.types import (
     DateType,
     DecimalType,
     DoubleType,
+    IntegerType,
     LongType,
     MapType,
     StringType,
@@ -121,6 +122,19 @@ QUARANTINE_SCHEMA = StructType(
         StructField("source", StringType(), nullable=False),
         StructField("received_at", TimestampType()),
         StructField("payload", BinaryType()),
+    ]
+)
+
+PENDING_SCHEMA = StructType(
+    [
+        StructField("feed", StringType(), nullable=False),
+        StructField("topic", StringType(), nullable=False),
+        StructField("partition", IntegerType(), nullable=False),
+        StructField("offset", LongType(), nullable=False),
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("timestamp", TimestampType()),
+        StructField("received_at", TimestampType(), nullable=False),
     ]
 )
 

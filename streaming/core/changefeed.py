@@ -1,0 +1,632 @@
+"""Change events from a database on Kafka (Debezium, AWS DMS's Kafka target) → source
+transactions, each applied all or nothing. Pure: no Spark, no Kafka client.
+
+A *feed* (``kafka.change_feeds`` in the config) is one connector's topics: a data topic per
+source table and, with Debezium's transaction metadata, the ``<prefix>.transaction`` topic of
+BEGIN/END events. Every micro-batch, the records the feed's stream read (and those still waiting
+from earlier batches, ``Received``) are assembled (``assemble``) into:
+
+- *source transactions* ready to apply, in source commit order: a transaction whose END and every
+  data event of the tables the feed maps are in — and only once every transaction that committed
+  before it (an earlier END) is complete or given up, so the tables never show a later commit
+  without an earlier one;
+- *chunks*: events without transaction metadata (a snapshot's reads, a feed without metadata,
+  DMS), one per topic partition and micro-batch, applied per key in order (as DMS files are);
+- *given up*: a transaction still incomplete after ``max_wait`` or pushed out by
+  ``max_pending_events`` (oldest first) — REJECTED with ``SOURCE_TRANSACTION_INCOMPLETE``, its
+  events kept in quarantine;
+- records that cannot be read: each REJECTED alone (``INVALID_CHANGE_EVENT``);
+- what waits: the records of transactions not ready yet, stored by the batch
+  (``storage.pending``) and read again by the next one.
+
+Each becomes a request (``SourceTransaction.request``): one UPSERT action per table, its rows the
+DMS shape (``Op`` I/U/D) with two columns of ours: ``__key`` (the message key: the row's id) and
+``__position`` (the source position, a string that sorts as the source's order: the watermark
+of the schema's position property, so a late or replayed older change — a snapshot read
+included — never overwrites a newer one, and a delete leaves a tombstone).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any, Literal
+
+from streaming.core.catalog import Dataset
+from streaming.core.config import ChangeFeedConfig, duration_seconds
+from streaming.core.errors import ConfigError, RejectedError
+
+KEY_COLUMN = "__key"
+POSITION_COLUMN = "__position"
+OP_COLUMN = "Op"
+SCHEME = "changes:"
+"""The ``locationUri`` scheme of a source transaction's rows (staged by the sink, never a path)."""
+
+DEBEZIUM_OPS = {"c": "I", "r": "I", "u": "U", "d": "D"}
+
+
+@dataclass(frozen=True)
+class Feed:
+    """One connector's topics, as the config maps them (``core.config.ChangeFeedConfig``)."""
+
+    name: str
+    dataset: str
+    format: Literal["debezium", "dms"]
+    tables: Mapping[str, str]
+    """source table (Debezium's data collection, ``<db schema>.<table>``) → schema name."""
+    topics: Mapping[str, str]
+    """data topic → source table (DMS: its one topic → ``""``: tables come from each message)."""
+    transaction_topic: str | None
+    """Debezium's BEGIN/END topic; None: no transaction metadata (the guarantee is per key)."""
+    position_property: str
+    max_wait: timedelta
+    max_pending_events: int
+
+    @property
+    def all_topics(self) -> list[str]:
+        return sorted({*self.topics, *([self.transaction_topic] if self.transaction_topic else [])})
+
+    def transaction_id(self, source_id: str) -> str:
+        return f"{self.format}:{self.name}:{source_id}"
+
+
+@dataclass(frozen=True)
+class Received:
+    """A record of a feed's topic as Kafka gave it, and when the job first took it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: datetime
+    received_at: datetime
+
+    @property
+    def where(self) -> str:
+        return f"kafka:{self.topic}[{self.partition}]@{self.offset}"
+
+    def sort_key(self) -> tuple[str, int, int]:
+        return (self.topic, self.partition, self.offset)
+
+
+Decode = Callable[[bytes], Any]
+"""Bytes of a key or value → its JSON-shaped value (JSON, or Avro through the registry)."""
+
+
+@dataclass(frozen=True)
+class DataEvent:
+    record: Received
+    table: str
+    """The source table (data collection)."""
+    op: str
+    """I, U or D (a DMS ``Op``); T: a truncate."""
+    row: Mapping[str, Any] | None
+    key: str | None
+    position: str
+    transaction: str | None
+    order: int
+    """The event's order in its transaction (Debezium's ``total_order``), else its offset."""
+
+
+@dataclass(frozen=True)
+class Boundary:
+    record: Received
+    transaction: str
+    status: Literal["BEGIN", "END"]
+    counts: Mapping[str, int]
+    """END: events per data collection."""
+
+
+Item = DataEvent | Boundary
+
+
+def feed_of(cfg: ChangeFeedConfig, index: int, datasets: Mapping[str, Dataset]) -> Feed:
+    """The feed a config entry describes, checked against its dataset: every mapped schema is
+    an object schema with the position property (a string) as its watermark. A wrong entry
+    stops the job at startup, naming the key."""
+    where = f"kafka.change_feeds[{index}]"
+    dataset = datasets.get(cfg.dataset)
+    if dataset is None:
+        raise ConfigError(
+            f"{where}.dataset: no dataset {cfg.dataset!r} (datasets: {sorted(datasets)})"
+        )
+    tables = dict(cfg.tables) or {
+        name: name for name, schema in dataset.schemas.items() if schema.is_object
+    }
+    for name in tables:
+        schema = dataset.get(name)
+        if schema is None or not schema.is_object:
+            raise ConfigError(
+                f"{where}.tables: {name!r} is not an object schema of {cfg.dataset!r}"
+            )
+        prop = schema.properties.get(cfg.position_property)
+        if (
+            prop is None
+            or prop.base_type != "string"
+            or schema.watermark != [cfg.position_property]
+        ):
+            raise ConfigError(
+                f"{where}.position_property: schema {name} needs the string property "
+                f"{cfg.position_property!r} as its watermark, to apply each row's changes in "
+                f"source order: add `{cfg.position_property}: {{type: string}}` to its "
+                f"properties and `watermark: [{cfg.position_property}]`"
+            )
+    sources = {source: schema for schema, source in tables.items()}
+    if cfg.format == "debezium":
+        topics = {f"{cfg.topic_prefix}.{source}": source for source in sources}
+    else:
+        assert cfg.topic is not None
+        topics = {cfg.topic: ""}
+    return Feed(
+        cfg.name,
+        cfg.dataset,
+        cfg.format,
+        sources,
+        topics,
+        cfg.transaction_topic,
+        cfg.position_property,
+        timedelta(seconds=duration_seconds(cfg.max_wait)),
+        cfg.max_pending_events,
+    )
+
+
+def decode_json_value(data: bytes) -> Any:
+    """A change event's key or value as JSON."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise RejectedError(f"not JSON: {e}", code="INVALID_JSON") from e
+
+
+# -- reading one record -----------------------------------------------------------------------
+
+
+def _invalid(record: Received, why: str) -> RejectedError:
+    return RejectedError(f"{record.where}: {why}", code="INVALID_CHANGE_EVENT")
+
+
+def _unwrap(value: Any) -> tuple[Any, Mapping[str, Any] | None]:
+    """The JSON converter's ``{"schema": …, "payload": …}`` → (payload, schema); else as is."""
+    if isinstance(value, dict) and set(value) == {"schema", "payload"}:
+        schema = value["schema"]
+        return value["payload"], schema if isinstance(schema, dict) else None
+    return value, None
+
+
+def _field_schemas(schema: Mapping[str, Any] | None, name: str) -> Mapping[str, Any]:
+    """The Connect schemas of the fields of the envelope's struct field ``name``."""
+    if not schema:
+        return {}
+    for part in schema.get("fields") or []:
+        if isinstance(part, dict) and part.get("field") == name:
+            return {
+                f["field"]: f
+                for f in part.get("fields") or []
+                if isinstance(f, dict) and "field" in f
+            }
+    return {}
+
+
+EPOCH = datetime(1970, 1, 1)
+
+
+def connect_value(value: Any, schema: Mapping[str, Any] | None) -> Any:
+    """A column's value as Debezium's JSON carries it → a JSON value Spark casts to the schema's
+    type: temporal types (epoch days, milli-, micro-, nanoseconds) as ISO text, decimals (the
+    base64 bytes of the unscaled value, or Debezium's variable-scale struct) as decimal text.
+    Without a schema (``schemas.enable=false``) values are taken as they are."""
+    if value is None or not schema:
+        return value
+    name = schema.get("name") or ""
+    if name in ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"):
+        return (date(1970, 1, 1) + timedelta(days=int(value))).isoformat()
+    scale = {
+        "io.debezium.time.Timestamp": 1_000,
+        "org.apache.kafka.connect.data.Timestamp": 1_000,
+        "io.debezium.time.MicroTimestamp": 1_000_000,
+        "io.debezium.time.NanoTimestamp": 1_000_000_000,
+    }.get(name)
+    if scale is not None:
+        seconds, rest = divmod(int(value), scale)
+        micros = rest * 1_000_000 // scale
+        return (EPOCH + timedelta(seconds=seconds, microseconds=micros)).isoformat()
+    if name == "org.apache.kafka.connect.data.Decimal" and isinstance(value, str):
+        digits = int((schema.get("parameters") or {}).get("scale", 0))
+        unscaled = int.from_bytes(base64.b64decode(value), "big", signed=True)
+        return str(Decimal(unscaled).scaleb(-digits))
+    if name == "io.debezium.data.VariableScaleDecimal" and isinstance(value, dict):
+        unscaled = int.from_bytes(base64.b64decode(value["value"]), "big", signed=True)
+        return str(Decimal(unscaled).scaleb(-int(value["scale"])))
+    return value
+
+
+def _row(
+    values: Any, schemas: Mapping[str, Any], record: Received, part: str
+) -> dict[str, Any] | None:
+    if values is None:
+        return None
+    if not isinstance(values, dict):
+        raise _invalid(record, f"'{part}' is not an object")
+    return {k: connect_value(v, schemas.get(k)) for k, v in values.items()}
+
+
+def key_id(key: Any) -> str | None:
+    """The row id a message key stands for: its one field's value as text; a key of several
+    fields: their values as a JSON array (in the key's field order)."""
+    key, _ = _unwrap(key)
+    if key is None:
+        return None
+    if isinstance(key, dict):
+        values = list(key.values())
+        if len(values) == 1:
+            return None if values[0] is None else _text(values[0])
+        return json.dumps(values, separators=(",", ":"), default=str)
+    return _text(key)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def source_position(source: Mapping[str, Any], record: Received) -> str:
+    """The source position of a change as text that sorts as the source's order: Postgres's
+    ``lsn``, MySQL's binlog ``file``/``pos``/``row``, SQL Server's commit and change LSNs
+    (hex of one width); another connector: its ``ts_ms`` and the Kafka offset."""
+    connector = source.get("connector")
+    if connector == "postgresql" and isinstance(source.get("lsn"), int):
+        return f"{source['lsn']:020d}"
+    if connector == "mysql" and source.get("file") is not None:
+        pos, row = int(source.get("pos") or 0), int(source.get("row") or 0)
+        return f"{source['file']}/{pos:020d}/{row:010d}"
+    if connector == "sqlserver" and source.get("change_lsn"):
+        return f"{source.get('commit_lsn') or ''}/{source['change_lsn']}"
+    return f"{int(source.get('ts_ms') or 0):020d}/{record.offset:020d}"
+
+
+def read_debezium(feed: Feed, record: Received, decode: Decode) -> Item | None:
+    """One Debezium record → a data event, a BEGIN/END boundary, or None (a Kafka tombstone:
+    the null value after a delete, no change of its own)."""
+    if record.value is None:
+        return None
+    try:
+        value, schema = _unwrap(decode(record.value))
+        key = decode(record.key) if record.key is not None else None
+    except RejectedError as e:
+        raise _invalid(record, e.message) from e
+    if not isinstance(value, dict):
+        raise _invalid(record, "the value is not an object")
+    if record.topic == feed.transaction_topic:
+        return _boundary(record, value)
+    table = feed.topics.get(record.topic)
+    if table is None:
+        raise _invalid(record, f"topic {record.topic!r} is not one of the feed's")
+    op = value.get("op")
+    if op == "t":
+        return DataEvent(record, table, "T", None, None, "", None, record.offset)
+    if op not in DEBEZIUM_OPS:
+        raise _invalid(record, f"op {op!r} is not one of c, u, d, r, t")
+    mapped = DEBEZIUM_OPS[op]
+    part = "before" if mapped == "D" else "after"
+    row = _row(value.get(part), _field_schemas(schema, part), record, part)
+    if row is None:
+        raise _invalid(record, f"op {op!r} without '{part}'")
+    source = value.get("source")
+    if not isinstance(source, dict):
+        raise _invalid(record, "no 'source' block")
+    tx = value.get("transaction")
+    tx_id = tx.get("id") if isinstance(tx, dict) else None
+    order = tx.get("data_collection_order") if isinstance(tx, dict) else None
+    return DataEvent(
+        record,
+        table,
+        mapped,
+        row,
+        key_id(key),
+        source_position(source, record),
+        None if tx_id is None else str(tx_id),
+        int(order) if isinstance(order, int) else record.offset,
+    )
+
+
+def _boundary(record: Received, value: Mapping[str, Any]) -> Boundary:
+    status, tx = value.get("status"), value.get("id")
+    if status not in ("BEGIN", "END") or tx is None:
+        raise _invalid(record, "a transaction event needs 'status' BEGIN or END and an 'id'")
+    counts: dict[str, int] = {}
+    for entry in value.get("data_collections") or []:
+        if isinstance(entry, dict) and "data_collection" in entry:
+            counts[str(entry["data_collection"])] = int(entry.get("event_count") or 0)
+    return Boundary(record, str(tx), status, counts)
+
+
+DMS_OPS = {"insert": "I", "load": "I", "refresh": "I", "update": "U", "delete": "D"}
+
+
+def read_dms(feed: Feed, record: Received, decode: Decode) -> Item | None:
+    """One message of AWS DMS's Kafka target (``{"data": …, "metadata": …}``) → a data event;
+    None for its control records (``record-type`` other than ``data``). The source table is
+    ``metadata.schema-name`` + ``.`` + ``table-name``; the position its ``timestamp``."""
+    if record.value is None:
+        return None
+    try:
+        value = decode(record.value)
+    except RejectedError as e:
+        raise _invalid(record, e.message) from e
+    if not isinstance(value, dict) or not isinstance(value.get("metadata"), dict):
+        raise _invalid(record, "not a DMS message: no 'metadata' object")
+    meta = value["metadata"]
+    if meta.get("record-type", "data") != "data":
+        return None
+    op = DMS_OPS.get(str(meta.get("operation", "")).lower())
+    if op is None:
+        raise _invalid(record, f"operation {meta.get('operation')!r} is not a DMS data operation")
+    table = f"{meta.get('schema-name')}.{meta.get('table-name')}"
+    data = value.get("data")
+    if not isinstance(data, dict):
+        raise _invalid(record, "no 'data' object")
+    return DataEvent(
+        record, table, op, dict(data), None, str(meta.get("timestamp") or ""), None, record.offset
+    )
+
+
+# -- source transactions ----------------------------------------------------------------------
+
+
+@dataclass
+class SourceTransaction:
+    """What one request of the batch stands for: a source transaction, a chunk of events
+    without one, or a record that cannot be read."""
+
+    feed: Feed
+    source_id: str
+    records: list[Received]
+    events: list[DataEvent] = field(default_factory=list)
+    error: RejectedError | None = None
+    anchor: Received | None = None
+    """The record that orders it among the batch's requests: its END, else its first record."""
+
+    @property
+    def transaction_id(self) -> str:
+        return self.feed.transaction_id(self.source_id)
+
+    def locations(self) -> dict[str, str]:
+        """schema name → the ``locationUri`` of its rows."""
+        schemas = sorted(
+            {self.feed.tables[e.table] for e in self.events if e.table in self.feed.tables}
+        )
+        return {s: f"{SCHEME}{self.transaction_id}/{s}" for s in schemas}
+
+    def rows(self, schema: str) -> list[dict[str, Any]]:
+        """The schema's rows in the DMS shape, in the transaction's order."""
+        events = [e for e in self.events if self.feed.tables.get(e.table) == schema]
+        out = []
+        for e in events:
+            row = dict(e.row or {})
+            row[OP_COLUMN] = e.op
+            row[KEY_COLUMN] = e.key
+            row[POSITION_COLUMN] = e.position
+            out.append(row)
+        return out
+
+    def request(self) -> dict[str, Any]:
+        """The transaction request it becomes (the rows staged apart, by location)."""
+        targets = self.locations() or {
+            schema: f"{SCHEME}{self.transaction_id}/{schema}"
+            for schema in sorted(set(self.feed.tables.values()))[:1]
+        }
+        actions = [
+            {
+                "operation": "UPSERT",
+                "format": "DMS",
+                "locationUri": uri,
+                "target": schema,
+                "columnFormat": "AS_SPECIFIED",
+                "columnMapping": {
+                    **({"id": KEY_COLUMN} if self.feed.format == "debezium" else {}),
+                    self.feed.position_property: POSITION_COLUMN,
+                },
+            }
+            for schema, uri in targets.items()
+        ]
+        return {
+            "transactionId": self.transaction_id,
+            "dataset": self.feed.dataset,
+            "actions": actions,
+        }
+
+    def payload(self) -> bytes:
+        """The request with the records it stands for (``sourceEvents``: what quarantine keeps
+        when it is rejected), as the raw request's bytes."""
+        events = [
+            {
+                "topic": r.topic,
+                "partition": r.partition,
+                "offset": r.offset,
+                "key": _readable(r.key),
+                "value": _readable(r.value),
+            }
+            for r in self.records
+        ]
+        return json.dumps({**self.request(), "sourceEvents": events}, default=str).encode("utf-8")
+
+
+def _readable(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(data).decode("ascii")
+
+
+@dataclass
+class Assembly:
+    ready: list[SourceTransaction]
+    """In the order they apply (commit order; chunks and unreadable records after)."""
+    waiting: list[Received]
+
+
+def assemble(feed: Feed, records: Iterable[Received], decode: Decode, now: datetime) -> Assembly:
+    """The feed's records of this batch and those waiting from earlier ones → what is ready to
+    apply and what waits (module docstring)."""
+    read = read_debezium if feed.format == "debezium" else read_dms
+    unique = {r.sort_key(): r for r in records}
+    ordered = [unique[k] for k in sorted(unique)]
+    ready: list[SourceTransaction] = []
+    loose: dict[tuple[str, int], list[DataEvent]] = {}
+    begins: dict[str, Boundary] = {}
+    ends: dict[str, Boundary] = {}
+    events: dict[str, dict[tuple[str, int], DataEvent]] = {}
+    records_of: dict[str, list[Received]] = {}
+    for record in ordered:
+        try:
+            item = read(feed, record, decode)
+        except RejectedError as e:
+            ready.append(SourceTransaction(feed, record.where, [record], error=e, anchor=record))
+            continue
+        if item is None:
+            continue
+        if isinstance(item, Boundary):
+            (begins if item.status == "BEGIN" else ends).setdefault(item.transaction, item)
+            records_of.setdefault(item.transaction, []).append(record)
+        elif item.transaction is None or feed.transaction_topic is None:
+            loose.setdefault((record.topic, record.partition), []).append(item)
+        else:
+            # A connector that restarts sends some events again: one per place in its table.
+            events.setdefault(item.transaction, {}).setdefault((item.table, item.order), item)
+            records_of.setdefault(item.transaction, []).append(record)
+
+    def complete(tx: str) -> bool:
+        end = ends[tx]
+        have: dict[str, int] = {}
+        for table, _ in events.get(tx, {}):
+            have[table] = have.get(table, 0) + 1
+        return all(have.get(t, 0) >= n for t, n in end.counts.items() if t in feed.tables)
+
+    def first_seen(tx: str) -> datetime:
+        return min(r.received_at for r in records_of[tx])
+
+    waiting_events = sum(len(records_of[tx]) for tx in records_of)
+    by_commit = sorted(ends, key=lambda tx: ends[tx].record.sort_key())
+    held = False
+    for tx in by_commit:
+        if not held and complete(tx):
+            ordered_events = sorted(events.get(tx, {}).values(), key=lambda e: e.order)
+            if any(e.table in feed.tables for e in ordered_events) or not ends[tx].counts:
+                ordered_events = [e for e in ordered_events if e.table in feed.tables]
+                if ordered_events:
+                    ready.append(
+                        _transaction(feed, tx, records_of.pop(tx), ordered_events, ends[tx])
+                    )
+                    continue
+            records_of.pop(tx)  # touched none of the feed's tables: nothing to apply
+            continue
+        too_old = now - first_seen(tx) > feed.max_wait
+        if not held and (too_old or waiting_events > feed.max_pending_events):
+            got = sorted(events.get(tx, {}).values(), key=lambda e: e.order)
+            why = _incomplete(feed, tx, got, ends[tx], now - first_seen(tx))
+            found = [e for e in got if e.table in feed.tables]
+            waiting_events -= len(records_of[tx])
+            ready.append(_transaction(feed, tx, records_of.pop(tx), found, ends[tx], why))
+            continue
+        held = True  # a later commit waits for this one
+    for tx in sorted(set(records_of) - set(ends), key=first_seen):  # no END (yet)
+        if now - first_seen(tx) > feed.max_wait:
+            got = sorted(events.get(tx, {}).values(), key=lambda e: e.order)
+            why = RejectedError(
+                f"source transaction {tx} has no END after "
+                f"{int((now - first_seen(tx)).total_seconds())} s; "
+                "its events are in quarantine",
+                code="SOURCE_TRANSACTION_INCOMPLETE",
+            )
+            records = sorted(records_of.pop(tx), key=Received.sort_key)
+            found = [e for e in got if e.table in feed.tables]
+            ready.append(SourceTransaction(feed, tx, records, found, why, records[0]))
+    for (topic, partition), chunk in sorted(loose.items()):
+        first, last = chunk[0].record.offset, chunk[-1].record.offset
+        source_id = f"{topic}[{partition}]@{first}-{last}"
+        unknown = [e for e in chunk if e.table not in feed.tables]
+        error = (
+            RejectedError(
+                f"source table {unknown[0].table!r} is not mapped to a schema of dataset "
+                f"{feed.dataset!r} (kafka.change_feeds: tables)",
+                code="UNKNOWN_SCHEMA",
+            )
+            if unknown
+            else None
+        )
+        chunked = SourceTransaction(
+            feed, source_id, [e.record for e in chunk], list(chunk), error, chunk[0].record
+        )
+        ready.append(_truncate_checked(chunked))
+    waiting = sorted((r for rs in records_of.values() for r in rs), key=Received.sort_key)
+    return Assembly(ready, waiting)
+
+
+def _transaction(
+    feed: Feed,
+    tx: str,
+    records: list[Received],
+    events: list[DataEvent],
+    end: Boundary,
+    error: RejectedError | None = None,
+) -> SourceTransaction:
+    item = SourceTransaction(
+        feed, tx, sorted(records, key=Received.sort_key), events, error, end.record
+    )
+    return _truncate_checked(item)
+
+
+def _truncate_checked(item: SourceTransaction) -> SourceTransaction:
+    if item.error is None and any(e.op == "T" for e in item.events):
+        item.error = RejectedError(
+            f"source transaction {item.source_id} truncates a table: truncates are not applied "
+            "(keep Debezium's default skipped.operations=t, or reload the table with a REPLACE)",
+            code="TRUNCATE_NOT_SUPPORTED",
+        )
+    return item
+
+
+def _incomplete(
+    feed: Feed, tx: str, got: Sequence[DataEvent], end: Boundary, waited: timedelta
+) -> RejectedError:
+    have: dict[str, int] = {}
+    for e in got:
+        have[e.table] = have.get(e.table, 0) + 1
+    missing = {
+        t: f"{have.get(t, 0)} of {n}"
+        for t, n in end.counts.items()
+        if t in feed.tables and have.get(t, 0) < n
+    }
+    return RejectedError(
+        f"source transaction {tx} is incomplete after {int(waited.total_seconds())} s "
+        f"(events received per table: {missing}); its events are in quarantine",
+        code="SOURCE_TRANSACTION_INCOMPLETE",
+    )
+
+
+def decode_changes_request(payload: bytes) -> Any:
+    """The request a source transaction's raw bytes hold (``SourceTransaction.payload``), its
+    ``sourceEvents`` left out."""
+    value = json.loads(payload.decode("utf-8"))
+    value.pop("sourceEvents", None)
+    return value
+
+
+def staged_at(uri: str) -> tuple[str, str] | None:
+    """(transaction id, schema) of a staged rows location, or None."""
+    if not uri.startswith(SCHEME):
+        return None
+    tx, _, schema = uri.removeprefix(SCHEME).rpartition("/")
+    return (tx, schema) if tx and schema else None
+
+
+def utc(value: datetime | None) -> datetime:
+    if value is None:
+        return datetime.fromtimestamp(0, UTC)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)

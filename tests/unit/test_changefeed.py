@@ -1,0 +1,369 @@
+"""core.changefeed: Debezium / DMS-on-Kafka records → source transactions (pure)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from streaming.core.batch import RawRequest, SourcePosition, triage
+from streaming.core.catalog import parse_dataset
+from streaming.core.changefeed import (
+    KEY_COLUMN,
+    OP_COLUMN,
+    POSITION_COLUMN,
+    Received,
+    assemble,
+    connect_value,
+    decode_changes_request,
+    decode_json_value,
+    feed_of,
+    key_id,
+    read_debezium,
+    source_position,
+)
+from streaming.core.config import ChangeFeedConfig
+from streaming.core.errors import ConfigError, RejectedError
+from streaming.core.layout import Layout
+from streaming.core.plan import Events, plan_transaction
+from tests.support.debezium import T0, Topics, feed, wrap
+
+CUST, ORD = "public.customers", "public.orders"
+LATER = T0 + timedelta(seconds=5)
+
+
+def ready_ids(assembly) -> list[str]:
+    return [t.source_id for t in assembly.ready]
+
+
+# -- one record -------------------------------------------------------------------------------
+
+
+def test_an_insert_update_delete_read_as_dms_ops_with_key_and_position() -> None:
+    topics = Topics()
+    for op in ("c", "u", "d", "r"):
+        topics.event(CUST, op, {"id": 7, "name": "Ann"})
+    events = [read_debezium(feed(), r, decode_json_value) for r in topics.take()]
+    assert [e.op for e in events] == ["I", "U", "D", "I"]
+    assert {e.key for e in events} == {"7"}
+    positions = [e.position for e in events]
+    assert positions == sorted(positions) and len(set(positions)) == 4
+
+
+def test_the_converters_schema_wrapper_is_unwrapped_and_its_types_read() -> None:
+    schema = {
+        "type": "struct",
+        "fields": [
+            {
+                "field": "after",
+                "type": "struct",
+                "fields": [
+                    {"field": "id", "type": "int32"},
+                    {
+                        "field": "balance",
+                        "type": "bytes",
+                        "name": "org.apache.kafka.connect.data.Decimal",
+                        "parameters": {"scale": "2"},
+                    },
+                    {"field": "born", "type": "int32", "name": "io.debezium.time.Date"},
+                    {"field": "seen", "type": "int64", "name": "io.debezium.time.MicroTimestamp"},
+                ],
+            }
+        ],
+    }
+    unscaled = base64.b64encode((12345).to_bytes(2, "big", signed=True)).decode()
+    after = {"id": 1, "balance": unscaled, "born": 365, "seen": 1_500_000}
+    value = {
+        "before": None,
+        "after": after,
+        "source": {"connector": "postgresql", "lsn": 5},
+        "op": "c",
+        "transaction": None,
+    }
+    record = Received(
+        "pg.public.customers",
+        0,
+        0,
+        json.dumps(wrap({"id": 1})).encode(),
+        json.dumps(wrap(value, schema)).encode(),
+        T0,
+        T0,
+    )
+    event = read_debezium(feed(), record, decode_json_value)
+    assert event.row == {
+        "id": 1,
+        "balance": "123.45",
+        "born": "1971-01-01",
+        "seen": "1970-01-01T00:00:01.500000",
+    }
+    assert event.key == "1"
+
+
+def test_values_without_a_schema_are_taken_as_they_are() -> None:
+    assert connect_value(365, None) == 365
+    assert connect_value("x", {"type": "string"}) == "x"
+
+
+def test_a_key_of_several_fields_is_a_json_array_of_their_values() -> None:
+    assert key_id({"a": 1, "b": "x"}) == '[1,"x"]'
+    assert key_id(wrap({"id": "k"})) == "k"
+    assert key_id(None) is None
+
+
+def test_positions_sort_as_the_source_orders_changes() -> None:
+    pg = [source_position({"connector": "postgresql", "lsn": n}, None) for n in (9, 10, 100)]
+    assert pg == sorted(pg)
+    record = Received("t", 0, 3, None, None, T0, T0)
+    mysql = [
+        source_position({"connector": "mysql", "file": f, "pos": p, "row": r}, record)
+        for f, p, r in [("bin.000001", 900, 0), ("bin.000002", 4, 0), ("bin.000002", 4, 1)]
+    ]
+    assert mysql == sorted(mysql)
+
+
+def test_a_record_that_is_not_an_event_is_rejected_with_its_place() -> None:
+    bad = Received("pg.public.customers", 0, 4, b"{}", b"{not json", T0, T0)
+    with pytest.raises(RejectedError) as e:
+        read_debezium(feed(), bad, decode_json_value)
+    assert e.value.code == "INVALID_CHANGE_EVENT" and "pg.public.customers[0]@4" in e.value.message
+
+
+# -- source transactions ----------------------------------------------------------------------
+
+
+def test_a_transaction_is_ready_when_its_end_and_all_its_events_are_in() -> None:
+    topics = Topics()
+    topics.transaction("tx1", [(CUST, "c", {"id": 1}), (ORD, "c", {"id": 10}), (CUST, "u", {"id": 1})])
+    out = assemble(feed(), topics.take(), decode_json_value, T0)
+    assert ready_ids(out) == ["tx1"] and out.waiting == []
+    tx = out.ready[0]
+    assert tx.transaction_id == "debezium:pg:tx1"
+    assert [r[OP_COLUMN] for r in tx.rows("shop.Customer")] == ["I", "U"]
+    assert [r[KEY_COLUMN] for r in tx.rows("shop.Order")] == ["10"]
+    assert sorted(tx.locations()) == ["shop.Customer", "shop.Order"]
+
+
+def test_events_of_an_unfinished_transaction_wait_and_complete_later() -> None:
+    topics = Topics()
+    topics.transaction("tx1", [(CUST, "c", {"id": 1}), (ORD, "c", {"id": 10})])
+    records = topics.take()
+    last_order = records.pop(2)  # the order's event comes in a later batch
+    first = assemble(feed(), records, decode_json_value, T0)
+    assert first.ready == [] and len(first.waiting) == 3
+    second = assemble(feed(), [*first.waiting, last_order], decode_json_value, LATER)
+    assert ready_ids(second) == ["tx1"] and second.waiting == []
+
+
+def test_a_later_commit_waits_for_an_earlier_incomplete_one() -> None:
+    topics = Topics()
+    topics.transaction("tx1", [(CUST, "c", {"id": 1}), (ORD, "c", {"id": 10})])
+    topics.transaction("tx2", [(CUST, "u", {"id": 1})])
+    records = topics.take()
+    late = next(r for r in records if r.topic == "pg.public.orders")
+    out = assemble(feed(), [r for r in records if r is not late], decode_json_value, T0)
+    assert out.ready == []  # tx2 is complete, but tx1 committed first
+    out = assemble(feed(), [*out.waiting, late], decode_json_value, LATER)
+    assert ready_ids(out) == ["tx1", "tx2"]
+
+
+def test_events_sent_again_by_a_restarted_connector_count_once() -> None:
+    topics = Topics()
+    topics.transaction("tx1", [(CUST, "c", {"id": 1}), (CUST, "u", {"id": 1})])
+    records = topics.take()
+    again = Topics(offsets=dict(topics.offsets))
+    again.transaction("tx1", [(CUST, "c", {"id": 1}), (CUST, "u", {"id": 1})])
+    out = assemble(feed(), [*records, *again.take()], decode_json_value, T0)
+    assert ready_ids(out) == ["tx1"]
+    assert len(out.ready[0].rows("shop.Customer")) == 2
+
+
+def test_a_transaction_incomplete_after_max_wait_is_rejected_and_later_ones_go_on() -> None:
+    topics = Topics()
+    topics.transaction("tx1", [(CUST, "c", {"id": 1}), (ORD, "c", {"id": 10})])
+    topics.transaction("tx2", [(CUST, "u", {"id": 2})])
+    records = [r for r in topics.take() if r.topic != "pg.public.orders"]
+    short = feed(max_wait=timedelta(seconds=60))
+    out = assemble(short, records, decode_json_value, T0 + timedelta(seconds=30))
+    assert out.ready == []
+    out = assemble(short, out.waiting, decode_json_value, T0 + timedelta(seconds=61))
+    assert ready_ids(out) == ["tx1", "tx2"]
+    assert out.ready[0].error.code == "SOURCE_TRANSACTION_INCOMPLETE"
+    assert "'public.orders': '0 of 1'" in out.ready[0].error.message
+    assert out.ready[1].error is None and out.waiting == []
+
+
+def test_past_max_pending_events_the_oldest_incomplete_transaction_is_rejected() -> None:
+    topics = Topics()
+    topics.transaction("tx1", [(CUST, "c", {"id": 1}), (ORD, "c", {"id": 10})])
+    records = [r for r in topics.take() if r.topic != "pg.public.orders"]
+    out = assemble(feed(max_pending_events=2), records, decode_json_value, T0)
+    assert ready_ids(out) == ["tx1"] and out.ready[0].error is not None
+
+
+def test_a_transaction_of_tables_the_feed_does_not_map_is_passed_over() -> None:
+    topics = Topics()
+    topics.begin("tx9")
+    topics.end("tx9", {"public.audit": 3})
+    out = assemble(feed(), topics.take(), decode_json_value, T0)
+    assert out.ready == [] and out.waiting == []
+
+
+def test_snapshot_reads_without_a_transaction_are_one_chunk_per_partition() -> None:
+    topics = Topics()
+    topics.event(CUST, "r", {"id": 1})
+    topics.event(CUST, "r", {"id": 2})
+    topics.event(ORD, "r", {"id": 10})
+    out = assemble(feed(), topics.take(), decode_json_value, T0)
+    assert ready_ids(out) == ["pg.public.customers[0]@0-1", "pg.public.orders[0]@0-0"]
+    assert out.ready[0].transaction_id == "debezium:pg:pg.public.customers[0]@0-1"
+
+
+def test_without_metadata_every_event_is_in_a_chunk() -> None:
+    topics = Topics()
+    topics.transaction("tx1", [(CUST, "c", {"id": 1})])
+    out = assemble(feed(metadata=False), topics.take(), decode_json_value, T0)
+    # The transaction topic is not the feed's: only the data event is read.
+    assert [len(t.events) for t in out.ready if t.error is None] == [1]
+
+
+def test_a_kafka_tombstone_is_no_change() -> None:
+    topics = Topics()
+    topics.tombstone(CUST, 1)
+    out = assemble(feed(), topics.take(), decode_json_value, T0)
+    assert out.ready == [] and out.waiting == []
+
+
+def test_a_truncate_rejects_its_transaction() -> None:
+    topics = Topics()
+    topics.begin("tx1")
+    record = topics._add(
+        "pg.public.customers", None, {"op": "t", "source": {}, "transaction": {"id": "tx1"}}
+    )
+    topics.end("tx1", {CUST: 1})
+    out = assemble(feed(), topics.take(), decode_json_value, T0)
+    assert record.topic.endswith("customers")
+    assert [t.error.code for t in out.ready] == ["TRUNCATE_NOT_SUPPORTED"]
+
+
+def test_an_unreadable_record_is_rejected_alone() -> None:
+    topics = Topics()
+    topics.transaction("tx1", [(CUST, "c", {"id": 1})])
+    bad = Received("pg.public.orders", 0, 0, None, b"\xff", T0, T0)
+    out = assemble(feed(), [*topics.take(), bad], decode_json_value, T0)
+    assert [(t.source_id, t.error and t.error.code) for t in out.ready] == [
+        ("kafka:pg.public.orders[0]@0", "INVALID_CHANGE_EVENT"),
+        ("tx1", None),
+    ]
+
+
+# -- the request it becomes ---------------------------------------------------------------------
+
+
+SHOP = """
+shop.Customer:
+  properties:
+    name: {type: string}
+    sourcePosition: {type: string}
+  watermark: [sourcePosition]
+shop.Order:
+  properties:
+    amount: {type: number}
+    sourcePosition: {type: string}
+  watermark: [sourcePosition]
+"""
+
+
+def test_a_source_transaction_is_a_request_planned_from_its_staged_rows(tmp_path: Path) -> None:
+    topics = Topics()
+    topics.transaction("tx1", [(CUST, "c", {"id": 1, "name": "Ann"}), (ORD, "c", {"id": 10})])
+    tx = assemble(feed(), topics.take(), decode_json_value, T0).ready[0]
+    raw = RawRequest(SourcePosition("changes", "x", 0, 0), tx.payload(), T0)
+    value = decode_changes_request(raw.payload)
+    assert "sourceEvents" not in value and json.loads(raw.payload)["sourceEvents"]
+    (verdict,) = triage([raw], {}, 0, lambda r: decode_changes_request(r.payload))
+    datasets = {"shop": parse_dataset("shop", yaml.safe_load(SHOP))}
+
+    def staged(tid: str, uri: str):
+        return tx.rows(uri.rsplit("/", 1)[1]) if tid == tx.transaction_id else None
+
+    plan = plan_transaction(
+        verdict.request,
+        first_ordinal=0,
+        datasets=datasets,
+        layout=Layout(str(tmp_path), "c"),
+        base_dir=str(tmp_path),
+        allowed_locations=[],
+        exists=lambda p: None,
+        staged=staged,
+    )
+    sources = [load.source for load in plan.loads]
+    assert all(isinstance(s, Events) for s in sources)
+    assert sources[0].rows[0]["name"] == "Ann" and POSITION_COLUMN in sources[0].rows[0]
+    assert sources[0].column_mapping["sourcePosition"] == POSITION_COLUMN
+
+
+def test_a_request_cannot_name_staged_rows_of_another_transaction(tmp_path: Path) -> None:
+    from streaming.core.requests import validate_request
+
+    request = validate_request(
+        {
+            "transactionId": "mine",
+            "dataset": "shop",
+            "actions": [
+                {
+                    "operation": "UPSERT",
+                    "format": "DMS",
+                    "target": "shop.Customer",
+                    "locationUri": "changes:debezium:pg:tx1/shop.Customer",
+                }
+            ],
+        }
+    )
+    with pytest.raises(RejectedError) as e:
+        plan_transaction(
+            request,
+            first_ordinal=0,
+            datasets={"shop": parse_dataset("shop", yaml.safe_load(SHOP))},
+            layout=Layout(str(tmp_path), "c"),
+            base_dir=str(tmp_path),
+            allowed_locations=[],
+            exists=lambda p: None,
+            staged=lambda tid, uri: None,
+        )
+    assert e.value.code == "UNSUPPORTED_SCHEME"
+
+
+# -- the config ---------------------------------------------------------------------------------
+
+
+def test_a_schema_without_the_position_watermark_stops_the_job_naming_the_key() -> None:
+    datasets = {
+        "shop": parse_dataset(
+            "shop", {"shop.Customer": {"properties": {"name": {"type": "string"}}}}
+        )
+    }
+    cfg = ChangeFeedConfig(name="pg", dataset="shop", topic_prefix="pg")
+    with pytest.raises(ConfigError) as e:
+        feed_of(cfg, 0, datasets)
+    assert "kafka.change_feeds[0].position_property" in e.value.message
+    assert "watermark: [sourcePosition]" in e.value.message
+
+
+def test_a_feed_maps_every_object_schema_to_its_topic_by_default() -> None:
+    datasets = {"shop": parse_dataset("shop", yaml.safe_load(SHOP))}
+    got = feed_of(ChangeFeedConfig(name="pg", dataset="shop", topic_prefix="db"), 0, datasets)
+    assert got.topics == {"db.shop.Customer": "shop.Customer", "db.shop.Order": "shop.Order"}
+    assert got.all_topics[-1] == "db.transaction"
+    mapped = ChangeFeedConfig(
+        name="pg", dataset="shop", topic_prefix="db", tables={"shop.Customer": "public.customers"}
+    )
+    assert feed_of(mapped, 0, datasets).topics == {"db.public.customers": "public.customers"}
+
+
+def test_a_debezium_feed_needs_its_topic_prefix() -> None:
+    with pytest.raises(ValueError, match="topic_prefix"):
+        ChangeFeedConfig(name="pg", dataset="shop")
