@@ -12,7 +12,8 @@ PostgreSQL refuses to run as root. Run as root, the cluster belongs to a system 
 (``runuser``), and the cluster lives in a folder of its own under the system's tmp dir (mode
 0755: pytest's tmp dirs, under ``/tmp/pytest-of-root`` with mode 0700, are not traversable by
 another user), removed at ``stop``; the server's log is copied into ``workdir`` first. Run as
-anyone else, the cluster is ``workdir/pg`` itself.
+anyone else, the cluster is ``workdir/pg`` itself (or, when that path is too long for the unix
+socket, a folder under /tmp as for root).
 
     pg = PostgresCluster(tmp_path)
     pg.start()
@@ -106,6 +107,8 @@ class PostgresCluster:
         self.os_user = OS_USER if _as_root() else None
         self.root: Path | None = None
         """The cluster's folder (data, socket, log), made by ``start``."""
+        self._own_root = False
+        """Whether ``root`` is a folder of its own under /tmp (removed at ``stop``)."""
         self.startup_seconds: float | None = None
 
     # -- addresses -----------------------------------------------------------------------
@@ -193,7 +196,7 @@ class PostgresCluster:
             if done.returncode != 0:
                 log.warning("pg_ctl stop failed (%s): killing the postmaster", done.returncode)
                 self._kill_postmaster()
-        if self.os_user is not None:
+        if self._own_root:
             with contextlib.suppress(OSError):
                 self.workdir.mkdir(parents=True, exist_ok=True)
                 if self.log_file.exists():
@@ -257,15 +260,19 @@ class PostgresCluster:
 
     def _make_root(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        if self.os_user is None:
+        # A unix socket's path is at most 107 bytes: a deep workdir gets a folder under /tmp.
+        socket = self.workdir / "pg" / "sock" / ".s.PGSQL.65535"
+        self._own_root = self.os_user is not None or len(str(socket).encode()) > 100
+        if not self._own_root:
             self.root = self.workdir / "pg"
             shutil.rmtree(self.root, ignore_errors=True)
             self.root.mkdir(parents=True)
             return
-        account = ensure_os_user(self.os_user)
         self.root = Path(tempfile.mkdtemp(prefix="cdc-pg-"))
         self.root.chmod(0o755)
-        os.chown(self.root, account.pw_uid, account.pw_gid)
+        if self.os_user is not None:
+            account = ensure_os_user(self.os_user)
+            os.chown(self.root, account.pw_uid, account.pw_gid)
 
     def _run(
         self, command: list[str], *, check: bool = True, timeout: float = 120.0
