@@ -1,7 +1,8 @@
 # Everything a fresh machine needs (Python 3.11, Java 17, Maven) is set up by these targets.
 #   make demo   set up, then run the petstore demo (the main job, embedded default, once)
-#   make test   set up (and fetch the s3a jars, jars/s3), then run the whole test suite (real
-#               Spark, Delta and Kafka, and a local S3 server)
+#   make test   set up (and fetch the s3a jars, jars/s3, the Kafka Connect + Debezium jars,
+#               jars/connect, and PostgreSQL 15), then run the whole test suite (real Spark, Delta,
+#               Kafka, a local S3 server, PostgreSQL -> Debezium)
 #   make test-s3  the same setup, then only the S3 warehouse test
 #   make test-property  the property test grouped = sequential, deeper (a release check)
 
@@ -13,8 +14,8 @@ MVN     := mvn -B -q
 KAFKA_DIR ?= .kafka
 KAFKA_PORT ?= 9092
 
-.PHONY: setup jars jars-s3 demo test test-s3 test-property test-unit lint docs kafka-start
-.PHONY: kafka-stop clean
+.PHONY: setup jars jars-s3 jars-connect postgres demo test test-s3 test-property test-unit lint docs
+.PHONY: kafka-start kafka-stop clean
 .PHONY: bench bench-quick
 
 setup: $(STAMP) jars
@@ -31,6 +32,7 @@ $(STAMP): pyproject.toml
 SPARK_JARS := jars/spark/delta-spark_*.jar
 KAFKA_JARS := jars/kafka/kafka_*.jar
 S3_JARS    := jars/s3/hadoop-aws-*.jar jars/s3/bundle-*.jar
+CONNECT_JARS := jars/connect/connect-runtime-*.jar jars/connect/debezium-connector-postgres-*.jar
 
 jars:
 	@ls $(SPARK_JARS) >/dev/null 2>&1 || rm -f jars/spark/.resolved
@@ -61,12 +63,38 @@ jars/s3/.resolved: pom.xml
 	@ls $(S3_JARS) >/dev/null
 	@touch $@
 
+# Kafka Connect + Debezium's PostgreSQL connector (~40 MB) for the PostgreSQL -> Debezium -> Kafka
+# tests (tests/support/kafka_connect.py): a classpath of its own, never Spark's or the broker's.
+jars-connect:
+	@ls $(CONNECT_JARS) >/dev/null 2>&1 || rm -f jars/connect/.resolved
+	@$(MAKE) --no-print-directory jars/connect/.resolved
+
+jars/connect/.resolved: pom.xml
+	rm -rf jars/connect
+	$(MVN) -P connect dependency:copy-dependencies -DoutputDirectory=jars/connect
+	@ls $(CONNECT_JARS) >/dev/null
+	@touch $@
+
+# PostgreSQL 15 server binaries for the Debezium tests (tests/support/postgres.py starts a
+# throwaway cluster with them): the Debian package postgresql-15, installed here when missing
+# (as root only; otherwise install it yourself).
+PG_BIN ?= /usr/lib/postgresql/15/bin
+postgres:
+	@test -x $(PG_BIN)/initdb || { \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get update && apt-get install -y postgresql-15; \
+		else \
+			echo "need PostgreSQL 15 in $(PG_BIN): install the Debian package postgresql-15" \
+				"(apt-get install postgresql-15, as root)"; exit 1; \
+		fi; }
+	@test -x $(PG_BIN)/initdb || { echo "no $(PG_BIN)/initdb after installing postgresql-15"; exit 1; }
+
 demo: setup
 	$(VENV)/bin/cdc demo
 
 # The fast tests first (no Spark: a broken core fails in seconds), then the integration tests with
 # the 25 slowest listed at the end of the output.
-test: setup jars-s3
+test: setup jars-s3 jars-connect postgres
 	$(PY) -m pytest tests/unit tests/bench
 	$(PY) -m pytest tests/integration --durations=25 --junit-xml=build/junit-integration.xml
 
