@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
@@ -58,22 +59,30 @@ RAW_COLUMNS = ["kind", "name", "partition", "offset", "mtime", "key", "payload"]
 
 def kafka_requests(spark: SparkSession, cfg: KafkaConfig) -> DataFrame:
     """The transactions topic, read from the configured starting offsets."""
-    return _kafka(spark, cfg, [cfg.transactions_topic], "kafka", cfg.starting_offsets)
+    subscription = ("subscribe", cfg.transactions_topic)
+    return _kafka(spark, cfg, subscription, "kafka", cfg.starting_offsets)
 
 
 def change_feed_records(spark: SparkSession, cfg: KafkaConfig, topics: Sequence[str]) -> DataFrame:
     """The change feeds' topics (``kafka.change_feeds``), every record from the earliest offset
-    a new checkpoint finds: a database's history is not to be skipped."""
-    return _kafka(spark, cfg, topics, "changes", "earliest")
+    a new checkpoint finds: a database's history is not to be skipped. Subscribed by a pattern
+    of exactly those names: a connector creates a table's topic at its first change, and a
+    topic that is not there yet is read from when it comes (``subscribe`` would fail)."""
+    pattern = "|".join(re.escape(topic) for topic in topics)
+    return _kafka(spark, cfg, ("subscribePattern", f"^({pattern})$"), "changes", "earliest")
 
 
 def _kafka(
-    spark: SparkSession, cfg: KafkaConfig, topics: Sequence[str], kind: str, starting: str
+    spark: SparkSession,
+    cfg: KafkaConfig,
+    subscription: tuple[str, str],
+    kind: str,
+    starting: str,
 ) -> DataFrame:
     reader = (
         spark.readStream.format("kafka")
         .options(**kafka_source_options(cfg))  # bootstrap + the Java client's settings
-        .option("subscribe", ",".join(topics))
+        .option(*subscription)
         .option("startingOffsets", starting)
         .option("failOnDataLoss", "true")
         # Ride out a broker outage of a minute or so instead of failing the query.

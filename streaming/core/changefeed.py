@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -120,6 +121,9 @@ class Boundary:
     status: Literal["BEGIN", "END"]
     counts: Mapping[str, int]
     """END: events per data collection."""
+    id: str
+    """The id as the event gives it: END's names the transaction for good (Postgres: its
+    ``txId`` and commit LSN — a ``txId`` alone comes round again after 2**32 transactions)."""
 
 
 Item = DataEvent | Boundary
@@ -181,6 +185,18 @@ def decode_json_value(data: bytes) -> Any:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise RejectedError(f"not JSON: {e}", code="INVALID_JSON") from e
+
+
+POSTGRES_TX = re.compile(r"(\d+):\d+")
+"""Debezium's Postgres transaction ids: ``<txId>:<lsn>`` — the lsn of each event (BEGIN's that
+of the first, END's that of the commit), so one transaction's events carry different ids."""
+
+
+def transaction_key(tx_id: str) -> str:
+    """What the events and BEGIN/END of one source transaction share: Postgres's ``txId``; any
+    other connector's id as it is (one id per transaction: MySQL's GTID, SQL Server's LSN)."""
+    found = POSTGRES_TX.fullmatch(tx_id)
+    return found.group(1) if found else tx_id
 
 
 # -- reading one record -----------------------------------------------------------------------
@@ -328,7 +344,7 @@ def read_debezium(feed: Feed, record: Received, decode: Decode) -> Item | None:
         row,
         key_id(key),
         source_position(source, record),
-        None if tx_id is None else str(tx_id),
+        None if tx_id is None else transaction_key(str(tx_id)),
         int(order) if isinstance(order, int) else record.offset,
     )
 
@@ -341,7 +357,7 @@ def _boundary(record: Received, value: Mapping[str, Any]) -> Boundary:
     for entry in value.get("data_collections") or []:
         if isinstance(entry, dict) and "data_collection" in entry:
             counts[str(entry["data_collection"])] = int(entry.get("event_count") or 0)
-    return Boundary(record, str(tx), status, counts)
+    return Boundary(record, transaction_key(str(tx)), status, counts, str(tx))
 
 
 DMS_OPS = {"insert": "I", "load": "I", "refresh": "I", "update": "U", "delete": "D"}
@@ -467,7 +483,8 @@ def _readable(data: bytes | None) -> str | None:
 @dataclass
 class Assembly:
     ready: list[SourceTransaction]
-    """In the order they apply (commit order; chunks and unreadable records after)."""
+    """In the order they apply: unreadable records, chunks (a snapshot's reads come before
+    the changes streamed after it), then source transactions in commit order."""
     waiting: list[Received]
 
 
@@ -477,7 +494,8 @@ def assemble(feed: Feed, records: Iterable[Received], decode: Decode, now: datet
     read = read_debezium if feed.format == "debezium" else read_dms
     unique = {r.sort_key(): r for r in records}
     ordered = [unique[k] for k in sorted(unique)]
-    ready: list[SourceTransaction] = []
+    unreadable: list[SourceTransaction] = []
+    transactions: list[SourceTransaction] = []
     loose: dict[tuple[str, int], list[DataEvent]] = {}
     begins: dict[str, Boundary] = {}
     ends: dict[str, Boundary] = {}
@@ -487,7 +505,9 @@ def assemble(feed: Feed, records: Iterable[Received], decode: Decode, now: datet
         try:
             item = read(feed, record, decode)
         except RejectedError as e:
-            ready.append(SourceTransaction(feed, record.where, [record], error=e, anchor=record))
+            unreadable.append(
+                SourceTransaction(feed, record.where, [record], error=e, anchor=record)
+            )
             continue
         if item is None:
             continue
@@ -520,7 +540,7 @@ def assemble(feed: Feed, records: Iterable[Received], decode: Decode, now: datet
             if any(e.table in feed.tables for e in ordered_events) or not ends[tx].counts:
                 ordered_events = [e for e in ordered_events if e.table in feed.tables]
                 if ordered_events:
-                    ready.append(
+                    transactions.append(
                         _transaction(feed, tx, records_of.pop(tx), ordered_events, ends[tx])
                     )
                     continue
@@ -532,7 +552,7 @@ def assemble(feed: Feed, records: Iterable[Received], decode: Decode, now: datet
             why = _incomplete(feed, tx, got, ends[tx], now - first_seen(tx))
             found = [e for e in got if e.table in feed.tables]
             waiting_events -= len(records_of[tx])
-            ready.append(_transaction(feed, tx, records_of.pop(tx), found, ends[tx], why))
+            transactions.append(_transaction(feed, tx, records_of.pop(tx), found, ends[tx], why))
             continue
         held = True  # a later commit waits for this one
     for tx in sorted(set(records_of) - set(ends), key=first_seen):  # no END (yet)
@@ -546,7 +566,8 @@ def assemble(feed: Feed, records: Iterable[Received], decode: Decode, now: datet
             )
             records = sorted(records_of.pop(tx), key=Received.sort_key)
             found = [e for e in got if e.table in feed.tables]
-            ready.append(SourceTransaction(feed, tx, records, found, why, records[0]))
+            transactions.append(SourceTransaction(feed, tx, records, found, why, records[0]))
+    chunks: list[SourceTransaction] = []
     for (topic, partition), chunk in sorted(loose.items()):
         first, last = chunk[0].record.offset, chunk[-1].record.offset
         source_id = f"{topic}[{partition}]@{first}-{last}"
@@ -563,9 +584,9 @@ def assemble(feed: Feed, records: Iterable[Received], decode: Decode, now: datet
         chunked = SourceTransaction(
             feed, source_id, [e.record for e in chunk], list(chunk), error, chunk[0].record
         )
-        ready.append(_truncate_checked(chunked))
+        chunks.append(_truncate_checked(chunked))
     waiting = sorted((r for rs in records_of.values() for r in rs), key=Received.sort_key)
-    return Assembly(ready, waiting)
+    return Assembly([*unreadable, *chunks, *transactions], waiting)
 
 
 def _transaction(
@@ -577,7 +598,7 @@ def _transaction(
     error: RejectedError | None = None,
 ) -> SourceTransaction:
     item = SourceTransaction(
-        feed, tx, sorted(records, key=Received.sort_key), events, error, end.record
+        feed, end.id, sorted(records, key=Received.sort_key), events, error, end.record
     )
     return _truncate_checked(item)
 

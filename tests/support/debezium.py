@@ -112,10 +112,10 @@ class Topics:
         value = {"status": "BEGIN", "id": tx, "event_count": None, "data_collections": None}
         return self._add(f"{self.prefix}.transaction", {"id": tx}, value)
 
-    def end(self, tx: str, counts: Mapping[str, int]) -> Received:
+    def end(self, tx: str, counts: Mapping[str, int], *, end_id: str | None = None) -> Received:
         value = {
             "status": "END",
-            "id": tx,
+            "id": end_id or tx,
             "event_count": sum(counts.values()),
             "data_collections": [
                 {"data_collection": t, "event_count": n} for t, n in counts.items()
@@ -136,3 +136,19 @@ class Topics:
         """The records written since the last take."""
         taken, self.records = self.records, []
         return taken
+
+
+def send(bootstrap: str, records: list[Received]) -> None:
+    """Produce the records to the broker (a None value: a tombstone), in order, acknowledged."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    failed: list[str] = []
+
+    def delivered(error: object, _message: object) -> None:
+        if error is not None:
+            failed.append(str(error))
+
+    for r in records:
+        producer.produce(r.topic, value=r.value, key=r.key, partition=0, on_delivery=delivered)
+    assert producer.flush(60) == 0 and not failed, failed

@@ -137,7 +137,9 @@ def test_a_record_that_is_not_an_event_is_rejected_with_its_place() -> None:
 
 def test_a_transaction_is_ready_when_its_end_and_all_its_events_are_in() -> None:
     topics = Topics()
-    topics.transaction("tx1", [(CUST, "c", {"id": 1}), (ORD, "c", {"id": 10}), (CUST, "u", {"id": 1})])
+    topics.transaction(
+        "tx1", [(CUST, "c", {"id": 1}), (ORD, "c", {"id": 10}), (CUST, "u", {"id": 1})]
+    )
     out = assemble(feed(), topics.take(), decode_json_value, T0)
     assert ready_ids(out) == ["tx1"] and out.waiting == []
     tx = out.ready[0]
@@ -367,3 +369,88 @@ def test_a_feed_maps_every_object_schema_to_its_topic_by_default() -> None:
 def test_a_debezium_feed_needs_its_topic_prefix() -> None:
     with pytest.raises(ValueError, match="topic_prefix"):
         ChangeFeedConfig(name="pg", dataset="shop")
+
+
+def test_postgres_ids_of_one_transaction_are_grouped_by_txid_and_named_by_its_end() -> None:
+    """Debezium 3.6's Postgres ids are ``<txId>:<lsn>``, the lsn each event's own (see
+    tests/unit/fixtures/debezium_postgres_examples.json): BEGIN ``733:100``, the events
+    ``733:100`` and ``733:130``, END ``733:160``."""
+    topics = Topics()
+    topics.begin("733:100")
+    topics.event(CUST, "c", {"id": 1}, tx="733:100", order=1)
+    topics.event(CUST, "u", {"id": 1}, tx="733:130", order=2)
+    topics.end("733", {CUST: 2}, end_id="733:160")
+    out = assemble(feed(), topics.take(), decode_json_value, T0)
+    assert ready_ids(out) == ["733:160"] and out.waiting == []
+    assert out.ready[0].transaction_id == "debezium:pg:733:160"
+    assert len(out.ready[0].events) == 2
+
+
+# -- real messages (Debezium 3.6.1's Postgres connector, the JSON converter with schemas) --------
+
+EXAMPLES = json.loads(
+    (Path(__file__).parent / "fixtures" / "debezium_postgres_examples.json").read_text()
+)
+
+
+def real(name: str, offset: int) -> Received:
+    example = EXAMPLES[name]
+    value = example["value"]
+    return Received(
+        example["topic"],
+        0,
+        offset,
+        json.dumps(example["key"]).encode(),
+        None if value is None else json.dumps(value).encode(),
+        T0,
+        T0,
+    )
+
+
+def shop_feed():
+    return feed(prefix="shop")
+
+
+def test_real_snapshot_insert_update_delete_and_tombstone_read_as_changes() -> None:
+    read = {
+        name: read_debezium(shop_feed(), real(name, i), decode_json_value)
+        for i, name in enumerate(
+            [
+                "snapshot_customers",
+                "insert_customers",
+                "update_customers",
+                "delete_orders",
+                "tombstone_orders",
+            ]
+        )
+    }
+    assert read["tombstone_orders"] is None
+    snap, ins, upd, dele = (read[n] for n in list(read)[:4])
+    assert (snap.op, snap.transaction) == ("I", None)
+    assert (ins.op, upd.op, dele.op) == ("I", "U", "D")
+    assert ins.transaction == upd.transaction == dele.transaction  # one txId
+    assert (
+        upd.row["balance"] == EXAMPLES["update_customers"]["value"]["payload"]["after"]["balance"]
+    )
+    created = EXAMPLES["insert_customers"]["value"]["payload"]["after"]["created_at"]
+    assert ins.row["created_at"].startswith("2024-") and isinstance(created, int)
+    assert dele.row["id"] == int(dele.key) and dele.key == "11"
+    assert snap.position < ins.position < upd.position
+
+
+def test_real_transaction_assembles_from_its_begin_events_and_end() -> None:
+    names = [
+        "transaction_begin",
+        "insert_customers",
+        "update_customers",
+        "insert_orders",
+        "delete_orders",
+        "tombstone_orders",
+        "transaction_end",
+    ]
+    out = assemble(shop_feed(), [real(n, i) for i, n in enumerate(names)], decode_json_value, T0)
+    end = EXAMPLES["transaction_end"]["value"]["payload"]
+    assert ready_ids(out) == [end["id"]] and out.waiting == []
+    tx = out.ready[0]
+    assert [r[OP_COLUMN] for r in tx.rows("shop.Customer")] == ["I", "U"]
+    assert [r[OP_COLUMN] for r in tx.rows("shop.Order")] == ["I", "D"]

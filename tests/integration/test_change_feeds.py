@@ -1,0 +1,173 @@
+"""Change feeds through the job (issue 35): Debezium events on the test broker, built exactly
+(tests/support/debezium.py) → ``cdc run --once`` → Delta tables, outcomes, ``_system/pending``.
+The real Postgres → Debezium pipeline is tests/integration/test_debezium_end_to_end.py."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import deltalake
+import pytest
+from pyspark.sql import SparkSession
+
+from streaming.core.config import AppConfig
+from tests.support import Workspace
+from tests.support.debezium import Topics, send
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+SHOP = """
+shop.Customer:
+  properties:
+    name: {type: string}
+    balance: {type: number}
+    sourcePosition: {type: string}
+  watermark: [sourcePosition]
+shop.Order:
+  properties:
+    customerId: {type: string}
+    amount: {type: number}
+    sourcePosition: {type: string}
+  watermark: [sourcePosition]
+"""
+CUST, ORD = "public.customers", "public.orders"
+
+
+def config(ws: Workspace, broker: Any, prefix: str, **feed: object) -> AppConfig:
+    """The job's config; its requests and outcomes topics made (the feed's come with their
+    first record)."""
+    broker.create_topics([f"{prefix}.requests", f"{prefix}.outcomes"])
+    bootstrap = broker.bootstrap
+    ws.dataset("shop", SHOP)
+    return ws.config(
+        landing={},
+        kafka={
+            "bootstrap": bootstrap,
+            "transactions_topic": f"{prefix}.requests",
+            "outcomes_topic": f"{prefix}.outcomes",
+            "change_feeds": [
+                {
+                    "name": "pg",
+                    "dataset": "shop",
+                    "topic_prefix": prefix,
+                    "tables": {"shop.Customer": CUST, "shop.Order": ORD},
+                    **feed,
+                }
+            ],
+        },
+    )
+
+
+def rows(ws: Workspace, table: str) -> dict[str, dict[str, object]]:
+    """The current rows of ``shop.<table>`` by id, read by delta-rs."""
+    path = ws.root / "warehouse" / "shop" / "shop" / table
+    found = deltalake.DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return {r["id"]: r for r in found}
+
+
+def outcomes(ws: Workspace) -> list[dict[str, object]]:
+    table = deltalake.DeltaTable(str(ws.root / "warehouse" / "_system" / "outcomes"))
+    return [json.loads(r["outcome"]) for r in table.to_pyarrow_table().to_pylist()]
+
+
+def pending(ws: Workspace) -> int:
+    path = ws.root / "warehouse" / "_system" / "pending"
+    return deltalake.DeltaTable(str(path)).to_pyarrow_table().num_rows
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"db{uuid.uuid4().hex[:8]}"
+
+
+def test_snapshot_then_source_transactions_apply_whole_and_in_commit_order(
+    spark: SparkSession, ws: Workspace, kafka_broker: object, prefix: str
+) -> None:
+    bootstrap: str = kafka_broker.bootstrap  # type: ignore[attr-defined]
+    cfg = config(ws, kafka_broker, prefix)
+    topics = Topics(prefix=prefix)
+    topics.event(CUST, "r", {"id": 1, "name": "Ada", "balance": "100.00"})
+    topics.event(CUST, "r", {"id": 2, "name": "Bob", "balance": "5.50"})
+    topics.transaction(
+        "700:1",
+        [
+            (CUST, "u", {"id": 1, "name": "Ada", "balance": "80.00"}),
+            (ORD, "c", {"id": 10, "customer_id": 1, "amount": "20.00"}),
+        ],
+    )
+    # The next transaction's END arrives, its order's event not yet.
+    topics.begin("701:5")
+    topics.event(CUST, "u", {"id": 2, "name": "Bob", "balance": "0.50"}, tx="701:5", order=1)
+    late = Topics(prefix=prefix, offsets=dict(topics.offsets), lsn=topics.lsn)
+    late.event(
+        ORD, "c", {"id": 11, "customer_id": 2, "amount": "5.00"}, tx="701:9", order=2, table_order=1
+    )
+    topics.end("701", {CUST: 1, ORD: 1}, end_id="701:20")
+    topics.transaction("702:30", [(CUST, "d", {"id": 1, "name": "Ada", "balance": "80.00"})])
+    send(bootstrap, topics.take())
+    ws.run_once(spark, cfg)
+
+    customers = rows(ws, "Customer")
+    # The snapshot and 700 are in; 701 waits for its order, and 702, committed after it, too.
+    assert {k: r["balance"] for k, r in customers.items()} == {"1": 80.0, "2": 5.5}
+    assert customers["1"]["version"] == 2
+    assert set(rows(ws, "Order")) == {"10"}
+    assert {o["transactionId"]: o["batchId"] for o in outcomes(ws)} == {
+        f"debezium:pg:{prefix}.public.customers[0]@0-1": 0,
+        "debezium:pg:700:1": 0,
+    }
+    assert all(o["status"] == "COMMITTED" for o in outcomes(ws))
+    assert pending(ws) == 6  # 701: BEGIN, its event, END; 702: BEGIN, its event, END
+
+    send(bootstrap, late.take())
+    ws.run_once(spark, cfg)
+    customers = rows(ws, "Customer")
+    assert {k: r["balance"] for k, r in customers.items()} == {"2": 0.5}
+    assert set(rows(ws, "Order")) == {"10", "11"}
+    last = {o["transactionId"]: o for o in outcomes(ws) if o["batchId"] == 1}
+    assert sorted(last) == ["debezium:pg:701:20", "debezium:pg:702:30"]
+    assert {o["status"] for o in last.values()} == {"COMMITTED"}
+    assert [a["target"] for a in last["debezium:pg:701:20"]["actions"]] == [
+        "shop.Customer",
+        "shop.Order",
+    ]
+    # 702 deleted customer 1 after 701 (commit order): its tombstone is the key's third version.
+    history = deltalake.DeltaTable(
+        str(ws.root / "warehouse" / "shop" / "_history" / "shop" / "Customer")
+    )
+    one = sorted(
+        (r["version"], r["__deleted"])
+        for r in history.to_pyarrow_table().to_pylist()
+        if r["id"] == "1"
+    )
+    assert one == [(1, False), (2, False), (3, True)]
+    assert pending(ws) == 0
+
+
+def test_an_incomplete_transaction_is_rejected_after_max_wait_and_kept_in_quarantine(
+    spark: SparkSession, ws: Workspace, kafka_broker: object, prefix: str
+) -> None:
+    bootstrap: str = kafka_broker.bootstrap  # type: ignore[attr-defined]
+    cfg = config(ws, kafka_broker, prefix, max_wait="0 seconds")
+    topics = Topics(prefix=prefix)
+    topics.begin("800:1")
+    topics.event(CUST, "c", {"id": 1, "name": "Ada", "balance": "1.00"}, tx="800:1")
+    topics.end("800", {CUST: 1, ORD: 1}, end_id="800:9")  # the order's event never comes
+    send(bootstrap, topics.take())
+    ws.run_once(spark, cfg)
+    assert outcomes(ws) == [] and pending(ws) == 3
+    topics.transaction("801:20", [(CUST, "c", {"id": 2, "name": "Bob", "balance": "2.00"})])
+    send(bootstrap, topics.take())
+    ws.run_once(spark, cfg)
+    got = {o["transactionId"]: o for o in outcomes(ws)}
+    assert got["debezium:pg:800:9"]["status"] == "REJECTED"
+    assert got["debezium:pg:800:9"]["error"]["code"] == "SOURCE_TRANSACTION_INCOMPLETE"
+    assert got["debezium:pg:801:20"]["status"] == "COMMITTED"
+    assert set(rows(ws, "Customer")) == {"2"}
+    quarantine = deltalake.DeltaTable(str(ws.root / "warehouse" / "_system" / "quarantine"))
+    (kept,) = quarantine.to_pyarrow_table().to_pylist()
+    events = json.loads(kept["payload"])["sourceEvents"]
+    assert [e["offset"] for e in events if e["topic"] == f"{prefix}.transaction"] == [0, 1]
+    assert pending(ws) == 0
