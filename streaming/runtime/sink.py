@@ -166,6 +166,10 @@ class Sink:
             self.failure = e
             raise
         except Exception as e:
+            interrupted = _interruption(e)
+            if interrupted is not None:  # the query's stop, not a failure: replayed at start
+                log.info("batch %s: interrupted by the stop; replayed at the next start", batch_id)
+                raise BatchInterrupted(batch_id, interrupted) from None
             coded = self.refusal(e) if self.refusal is not None else None
             if coded is None:
                 raise
@@ -405,6 +409,12 @@ class Sink:
                 self._apply_segment(rest, timeline, applied, rejected)
             return
         except Exception as e:
+            if _interruption(e) is not None:
+                # The query is stopping: the batch ends here as a crash would, its commits kept
+                # for the replay to find and go on from (a restore would undo a commit whose
+                # idempotency key the replay then skips: its changes would be lost).
+                self._release(held)
+                raise
             log.exception("batch %s: a segment failed; restoring %s", timeline.batch_id, start)
             self._release(held)
             timeline.restore(start)
@@ -807,6 +817,32 @@ def _stop_interrupt(spark: SparkSession) -> str | None:
         kind = type(e)
         return f"{kind.__module__}.{kind.__qualname__}: {e.errmsg.rstrip()}\n: {e.java_exception}"
     return None
+
+
+class BatchInterrupted(Exception):
+    """A batch whose stream thread ``query.stop()`` interrupted while it wrote: it ends where it
+    is, as a crash there would end it, and Spark replays it at the next start (which finds its
+    commits and goes on from them). Its text ends with the interruption as ``_stop_interrupt``
+    gives it, for Spark to take it for the stop."""
+
+    def __init__(self, batch_id: int, interruption: str) -> None:
+        super().__init__(f"batch {batch_id} interrupted by the stop: {interruption}")
+
+
+def _interruption(error: BaseException) -> str | None:
+    """The interruption of the stream's thread an error of a JVM call is (a stopping query's
+    ``InterruptedException``, or the I/O it cut short), as one short line; None for any other
+    error."""
+    if not isinstance(error, Py4JJavaError):
+        return None
+    name = str(error.java_exception.getClass().getName())
+    if name not in (
+        "java.lang.InterruptedException",
+        "java.nio.channels.ClosedByInterruptException",
+    ):
+        return None
+    kind = type(error)
+    return f"{kind.__module__}.{kind.__qualname__}: {error.errmsg.rstrip()}\n: {name}"
 
 
 def _checkpoint_id(spark: SparkSession, checkpoint: str) -> str:

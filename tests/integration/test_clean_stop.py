@@ -233,3 +233,39 @@ def test_a_batch_begun_after_the_stop_was_decided_is_refused_and_spark_stops_cle
     assert outcome_rows(ws) == [("tx-1", "COMMITTED", 0)]
     assert ledger_rows(ws) == [("tx-1", 0)]
     assert dog_rows(ws) == [("dog1", 1, "Rex")]
+
+
+def test_a_query_stopped_while_its_batch_writes_leaves_the_batch_to_the_replay(
+    spark: SparkSession,
+    ws: Workspace,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``query.stop()`` while a batch is between its commits (the grace period over, or a
+    caller that stops the query itself) interrupts the stream's thread: the next call into the
+    JVM that waits fails with ``InterruptedException``. That is the stop, not a failure of the
+    transactions: the batch ends there as a crash would, nothing is recorded FAILED, and the
+    replay goes on from its commits and commits it once. (It was taken for a failure: the
+    tables restored, the transaction recorded FAILED, its changes never applied.)"""
+    caplog.set_level(logging.INFO, logger="streaming")
+    cfg = prepare(ws, grace=300)
+    monkeypatch.setenv(PAUSE_ENV, "between_commits:5")
+    job = Job.create(spark, cfg)
+    query = job.start(once=False)
+    try:
+        wait_until(
+            "batch 0 between its commits",
+            lambda: f"{PAUSE_ENV}=between_commits: pausing" in caplog.text,
+            timeout=300,
+        )
+    finally:
+        job.stop(query)  # interrupts the paused batch's thread
+    monkeypatch.delenv(PAUSE_ENV)
+    assert query.exception() is None  # stopped, not failed
+    assert outcome_rows(ws) == []
+    assert ledger_rows(ws) == []
+    assert "a segment failed" not in caplog.text
+    assert restart(spark, cfg) == [0]
+    assert outcome_rows(ws) == [("tx-1", "COMMITTED", 0)]
+    assert dog_rows(ws) == [("dog1", 1, "Rex")]
+    assert history_rows(ws) == [("dog1", 1, "i")]

@@ -1,0 +1,227 @@
+"""Issue 35's pipeline end to end: PostgreSQL 15 → Debezium's Postgres connector in Kafka
+Connect → the test broker → the job (running, a 1-second trigger) → Delta.
+
+A snapshot of two tables, then a workload of multi-table transactions (inserts, updates, deletes,
+a key deleted and inserted again, many rows in one transaction) while the job runs. Proven:
+
+- at the end the Delta tables equal Postgres's, row for row (read by delta-rs);
+- after every micro-batch, the tables read at the versions the ledger recorded for it (the
+  consistent read) equal Postgres as of one commit of the workload — never half a source
+  transaction, never a later one before an earlier one;
+- one COMMITTED outcome per source transaction, named by it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import deltalake
+import pytest
+from pyspark.sql import SparkSession
+
+from streaming.runtime.job import Job
+from tests.support import Workspace
+from tests.support.cdc import wait_until
+from tests.support.kafka import read_topic
+from tests.support.kafka_broker import LocalKafkaBroker
+from tests.support.kafka_connect import DebeziumPostgresConnect, wait_for_slot
+from tests.support.postgres import PostgresCluster
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+SHOP = """
+shop.Customer:
+  properties:
+    name: {type: string}
+    balance: {type: number}
+    sourcePosition: {type: string}
+  watermark: [sourcePosition]
+shop.Order:
+  properties:
+    customerId: {type: integer}
+    amount: {type: number}
+    sourcePosition: {type: string}
+  watermark: [sourcePosition]
+"""
+TABLES = {"shop.Customer": "public.customers", "shop.Order": "public.orders"}
+COLUMNS = {"shop.Customer": ("name", "balance"), "shop.Order": ("customerId", "amount")}
+PG_COLUMNS = {"shop.Customer": ("name", "balance"), "shop.Order": ("customer_id", "amount")}
+
+State = dict[str, dict[str, tuple[Any, ...]]]
+"""schema → id → the row's values (``COLUMNS``)."""
+
+
+def _value(value: Any) -> Any:
+    return float(value) if isinstance(value, Decimal | float) else value
+
+
+def pg_state(pg: PostgresCluster) -> State:
+    state: State = {}
+    for schema, table in TABLES.items():
+        rows = pg.read_table(table.split(".")[1])
+        state[schema] = {
+            str(r["id"]): tuple(_value(r[c]) for c in PG_COLUMNS[schema]) for r in rows
+        }
+    return state
+
+
+def delta_state(warehouse: Path, versions: dict[str, int] | None = None) -> State:
+    state: State = {}
+    for schema in TABLES:
+        path = warehouse / "shop" / Path(*schema.split("."))
+        version = None if versions is None else versions.get(schema, 0)
+        table = deltalake.DeltaTable(str(path), version=version)
+        state[schema] = {
+            r["id"]: tuple(_value(r[c]) for c in COLUMNS[schema])
+            for r in table.to_pyarrow_table().to_pylist()
+        }
+    return state
+
+
+def versions_per_batch(warehouse: Path) -> dict[int, dict[str, int]]:
+    """batch → schema → the version the ledger recorded for it by that batch (the consistent
+    read after the batch: the highest version of each table over the batches up to it)."""
+    ledger = deltalake.DeltaTable(str(warehouse / "_system" / "transactions"))
+    by_batch: dict[int, dict[str, int]] = {}
+    for row in ledger.to_pyarrow_table().to_pylist():
+        batch = by_batch.setdefault(row["batch_id"], {})
+        for schema, version in json.loads(row["table_versions"]).items():
+            batch[schema] = max(batch.get(schema, 0), version)
+    running: dict[str, int] = {}
+    out: dict[int, dict[str, int]] = {}
+    for batch in sorted(by_batch):
+        for schema, version in by_batch[batch].items():
+            running[schema] = max(running.get(schema, 0), version)
+        out[batch] = dict(running)
+    return out
+
+
+def outcomes(warehouse: Path) -> list[dict[str, Any]]:
+    path = warehouse / "_system" / "outcomes"
+    if not path.exists():
+        return []
+    table = deltalake.DeltaTable(str(path))
+    return [json.loads(r["outcome"]) for r in table.to_pyarrow_table().to_pylist()]
+
+
+def consistent(warehouse: Path) -> State | None:
+    """The tables as of the last batch the ledger holds (None before the first)."""
+    if not (warehouse / "_system" / "transactions").exists():
+        return None
+    batches = versions_per_batch(warehouse)
+    return delta_state(warehouse, batches[max(batches)]) if batches else None
+
+
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresCluster]:
+    with PostgresCluster(tmp_path_factory.mktemp("postgres")) as pg:
+        yield pg
+
+
+def test_postgres_to_delta_equal_after_every_batch_and_at_the_end(
+    spark: SparkSession,
+    ws: Workspace,
+    kafka_broker: LocalKafkaBroker,
+    postgres: PostgresCluster,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    pg = postgres
+    prefix = f"pg{uuid.uuid4().hex[:6]}"
+    pg.execute("CREATE TABLE customers (id int PRIMARY KEY, name text, balance numeric(10,2))")
+    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, customer_id int, amount numeric(10,2))")
+    for table in ("customers", "orders"):
+        pg.execute(f"ALTER TABLE {table} REPLICA IDENTITY FULL")  # deletes carry their row
+    with pg.transaction() as cur:
+        cur.execute("INSERT INTO customers VALUES (1, 'Ada', 100), (2, 'Bob', 20.5), (3, 'Cy', 0)")
+        cur.execute("INSERT INTO orders VALUES (10, 1, 12.34), (11, 2, 5)")
+    states = [pg_state(pg)]  # the snapshot's
+
+    connect = DebeziumPostgresConnect(
+        tmp_path_factory.mktemp("connect"),
+        kafka_broker.bootstrap,
+        pg,
+        topic_prefix=prefix,
+        tables=list(TABLES.values()),
+    )
+    connect.start()
+    ws.dataset("shop", SHOP)
+    kafka_broker.create_topics([f"{prefix}.requests", f"{prefix}.outcomes"])
+    cfg = ws.config(
+        landing={},
+        trigger={"interval": "1 second"},
+        kafka={
+            "bootstrap": kafka_broker.bootstrap,
+            "transactions_topic": f"{prefix}.requests",
+            "outcomes_topic": f"{prefix}.outcomes",
+            "change_feeds": [
+                {"name": "shop", "dataset": "shop", "topic_prefix": prefix, "tables": TABLES}
+            ],
+        },
+    )
+    job: Job | None = None
+    query = None
+    try:
+        wait_for_slot(pg, connect.slot_name)
+        # The snapshot is in Kafka before the job starts: its first batch takes all of it.
+        read_topic(kafka_broker.bootstrap, connect.topic("public.customers"), expect=3)
+        read_topic(kafka_broker.bootstrap, connect.topic("public.orders"), expect=2)
+        job = Job.create(spark, cfg)
+        query = job.start(once=False)
+        warehouse = ws.root / "warehouse"
+        wait_until("the snapshot applied", lambda: consistent(warehouse) == states[0], timeout=240)
+        workload = [
+            [  # inserts in both tables, an update
+                "INSERT INTO customers VALUES (4, 'Dee', 7.25)",
+                "INSERT INTO orders VALUES (12, 4, 99.99)",
+                "UPDATE customers SET balance = balance - 12.34 WHERE id = 1",
+            ],
+            ["DELETE FROM orders WHERE id = 11", "UPDATE customers SET name = 'Rob' WHERE id = 2"],
+            ["DELETE FROM customers WHERE id = 3"],
+            ["INSERT INTO customers VALUES (3, 'Cyd', 3)"],  # deleted, then inserted again
+            [  # many rows of one table in one transaction, and the other table too
+                "UPDATE customers SET balance = balance + 1",
+                "INSERT INTO orders SELECT g, 1 + g % 4, g / 10.0 FROM generate_series(100, 160) g",
+            ],
+            [
+                "UPDATE orders SET amount = amount * 2 WHERE id % 3 = 0",
+                "DELETE FROM orders WHERE id = 12",
+            ],
+        ]
+        for statements in workload:
+            with pg.transaction() as cur:
+                for statement in statements:
+                    cur.execute(statement)
+            states.append(pg_state(pg))
+            time.sleep(2)  # spread the transactions over batches
+        final = states[-1]
+        wait_until(  # and every outcome recorded: the last batch is at its end
+            "the tables read consistently equal to Postgres's",
+            lambda: (
+                consistent(warehouse) == final and len(outcomes(warehouse)) == 2 + len(workload)
+            ),
+            timeout=240,
+        )
+    finally:
+        if job is not None and query is not None:
+            job.stop(query)
+        connect.stop()
+
+    assert delta_state(warehouse) == pg_state(pg)
+    batches = versions_per_batch(warehouse)
+    assert len(batches) >= 3  # the snapshot, then the workload in two batches or more
+    for batch, versions in batches.items():
+        seen = delta_state(warehouse, versions)
+        matches = [i for i, state in enumerate(states) if state == seen]
+        assert matches, f"batch {batch}: the tables at {versions} are no commit of Postgres"
+    recorded = outcomes(warehouse)
+    streamed = [o for o in recorded if "@" not in o["transactionId"]]  # not snapshot chunks
+    assert len(streamed) == len(workload)
+    assert {o["status"] for o in recorded} == {"COMMITTED"}
+    assert len({o["transactionId"] for o in recorded}) == len(recorded)
+    assert all(o["transactionId"].startswith("debezium:shop:") for o in recorded)
