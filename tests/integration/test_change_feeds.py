@@ -5,6 +5,7 @@ The real Postgres → Debezium pipeline is tests/integration/test_debezium_end_t
 from __future__ import annotations
 
 import json
+import signal
 import uuid
 from typing import Any
 
@@ -13,7 +14,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from streaming.core.config import AppConfig
+from streaming.core.faults import CRASH_ENV
 from tests.support import Workspace
+from tests.support.cdc import cdc_env, run_cdc
 from tests.support.debezium import Topics, send
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -170,4 +173,61 @@ def test_an_incomplete_transaction_is_rejected_after_max_wait_and_kept_in_quaran
     (kept,) = quarantine.to_pyarrow_table().to_pylist()
     events = json.loads(kept["payload"])["sourceEvents"]
     assert [e["offset"] for e in events if e["topic"] == f"{prefix}.transaction"] == [0, 1]
+    assert pending(ws) == 0
+
+
+@pytest.mark.parametrize("point", ["between_commits", "after_ledger"])
+def test_a_crash_with_a_source_transaction_half_read_applies_each_once(
+    ws: Workspace, kafka_broker: object, prefix: str, point: str
+) -> None:
+    """``cdc run`` killed in a batch that holds a complete transaction and half of the next
+    (its END and an event still to come): after the restart, the replayed batch and the next
+    one apply each source transaction once, whole."""
+    bootstrap: str = kafka_broker.bootstrap  # type: ignore[attr-defined]
+    cfg = config(ws, kafka_broker, prefix)
+    (ws.root / "cdc.json").write_text(cfg.model_dump_json())
+    topics = Topics(prefix=prefix)
+    topics.event(CUST, "r", {"id": 1, "name": "Ada", "balance": "100.00"})
+    topics.event(CUST, "r", {"id": 2, "name": "Bob", "balance": "5.50"})
+    topics.transaction(
+        "900:1",
+        [
+            (CUST, "u", {"id": 1, "name": "Ada", "balance": "90.00"}),
+            (ORD, "c", {"id": 10, "customer_id": 1, "amount": "10.00"}),
+        ],
+    )
+    topics.begin("901:5")
+    topics.event(CUST, "u", {"id": 2, "name": "Bob", "balance": "0.50"}, tx="901:5", order=1)
+    send(bootstrap, topics.take())
+    env = cdc_env({CRASH_ENV: point}, drop=(CRASH_ENV, "CDC_"))
+    crashed = run_cdc("run", "--once", "--config", "cdc.json", cwd=ws.root, env=env)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    rest = Topics(prefix=prefix, offsets=dict(topics.offsets), lsn=topics.lsn)
+    rest.event(
+        ORD, "c", {"id": 11, "customer_id": 2, "amount": "5.00"}, tx="901:9", order=2, table_order=1
+    )
+    rest.end("901", {CUST: 1, ORD: 1}, end_id="901:20")
+    send(bootstrap, rest.take())
+    done = run_cdc(
+        "run", "--once", "--config", "cdc.json", cwd=ws.root, env=cdc_env(drop=(CRASH_ENV, "CDC_"))
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    got = outcomes(ws)
+    assert sorted((o["transactionId"], o["status"]) for o in got) == sorted(
+        [
+            (f"debezium:pg:{prefix}.public.customers[0]@0-1", "COMMITTED"),
+            ("debezium:pg:900:1", "COMMITTED"),
+            ("debezium:pg:901:20", "COMMITTED"),
+        ]
+    )
+    ledger = deltalake.DeltaTable(str(ws.root / "warehouse" / "_system" / "transactions"))
+    ids = [r["transaction_id"] for r in ledger.to_pyarrow_table().to_pylist()]
+    assert sorted(ids) == sorted(o["transactionId"] for o in got)  # each once
+    customers = rows(ws, "Customer")
+    assert {k: (r["balance"], r["version"]) for k, r in customers.items()} == {
+        "1": (90.0, 2),
+        "2": (0.5, 2),
+    }
+    assert set(rows(ws, "Order")) == {"10", "11"}
     assert pending(ws) == 0
