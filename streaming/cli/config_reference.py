@@ -113,6 +113,8 @@ def rows(model: type[BaseModel] = AppConfig, prefix: str = "") -> Iterator[list[
         if nested is not None and get_origin(field.annotation) in (Union, types.UnionType):
             kind = "section, optional"
         yield [f"`{path}`", kind, default_text(field), _description(field, nested)]
+        if nested is None and get_origin(field.annotation) is list:
+            nested = _model(get_args(field.annotation)[0])  # each item's keys: `list.key`
         if nested is not None:
             yield from rows(nested, f"{path}.")
 
