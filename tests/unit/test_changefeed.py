@@ -454,3 +454,169 @@ def test_real_transaction_assembles_from_its_begin_events_and_end() -> None:
     tx = out.ready[0]
     assert [r[OP_COLUMN] for r in tx.rows("shop.Customer")] == ["I", "U"]
     assert [r[OP_COLUMN] for r in tx.rows("shop.Order")] == ["I", "D"]
+
+
+# -- Avro (the Confluent wire format) and DMS's Kafka target --------------------------------------
+
+AVRO_KEY = {"type": "record", "name": "Key", "fields": [{"name": "id", "type": "int"}]}
+AVRO_ROW = {
+    "type": "record",
+    "name": "Value",
+    "fields": [{"name": "id", "type": "int"}, {"name": "name", "type": ["null", "string"]}],
+}
+AVRO_VALUE = {
+    "type": "record",
+    "name": "Envelope",
+    "fields": [
+        {"name": "before", "type": ["null", AVRO_ROW], "default": None},
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {
+            "name": "source",
+            "type": {
+                "type": "record",
+                "name": "Source",
+                "fields": [
+                    {"name": "connector", "type": "string"},
+                    {"name": "lsn", "type": "long"},
+                ],
+            },
+        },
+        {"name": "op", "type": "string"},
+        {
+            "name": "transaction",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "Block",
+                    "fields": [
+                        {"name": "id", "type": "string"},
+                        {"name": "total_order", "type": "long"},
+                        {"name": "data_collection_order", "type": "long"},
+                    ],
+                },
+            ],
+            "default": None,
+        },
+    ],
+}
+
+
+def test_avro_events_in_the_wire_format_assemble_like_json(tmp_path: Path) -> None:
+    from connectors.avro import codec_for, encode, load_schema
+    from streaming.core.config import KafkaConfig
+
+    for name, schema in (("key", AVRO_KEY), ("value", AVRO_VALUE)):
+        (tmp_path / f"{name}.avsc").write_text(json.dumps(schema))
+    avro = {
+        "schemas": {
+            1: "builtin:transaction_request",
+            2: "builtin:outcome",
+            10: str(tmp_path / "key.avsc"),
+            11: str(tmp_path / "value.avsc"),
+        },
+        "outcome_schema_id": 2,
+    }
+    codec = codec_for(KafkaConfig(bootstrap="unused:9092", format="avro", avro=avro))
+    assert codec is not None
+    key_schema = load_schema(str(tmp_path / "key.avsc"), "key")
+    value_schema = load_schema(str(tmp_path / "value.avsc"), "value")
+    topics = Topics()
+    begin = topics.begin("5:1")
+    end_id = "5:30"
+    records = [begin]
+    for offset, (op, row, lsn) in enumerate(
+        [("c", {"id": 1, "name": "Ann"}, 10), ("u", {"id": 1, "name": "Anne"}, 20)]
+    ):
+        value = {
+            "before": None,
+            "after": row,
+            "source": {"connector": "postgresql", "lsn": lsn},
+            "op": op,
+            "transaction": {
+                "id": f"5:{lsn}",
+                "total_order": offset + 1,
+                "data_collection_order": offset + 1,
+            },
+        }
+        records.append(
+            Received(
+                "pg.public.customers",
+                0,
+                offset,
+                encode(10, key_schema, {"id": 1}, strict=True),
+                encode(11, value_schema, value, strict=True),
+                T0,
+                T0,
+            )
+        )
+    records.append(topics.end("5", {CUST: 2}, end_id=end_id))
+
+    def decode(data: bytes):  # the transaction topic's records here are JSON
+        return decode_json_value(data) if data[:1] == b"{" else codec.decode_change(data)
+
+    out = assemble(feed(), records, decode, T0)
+    assert ready_ids(out) == [end_id]
+    rows = out.ready[0].rows("shop.Customer")
+    assert [(r[OP_COLUMN], r[KEY_COLUMN], r["name"]) for r in rows] == [
+        ("I", "1", "Ann"),
+        ("U", "1", "Anne"),
+    ]
+    with pytest.raises(RejectedError) as e:
+        codec.decode_change(b"\x00\x00\x00\x00\x63body")  # schema id 99: unknown
+    assert e.value.code in ("UNKNOWN_SCHEMA_ID", "INVALID_AVRO")
+
+
+def dms_feed():
+    from streaming.core.changefeed import Feed
+
+    return Feed(
+        "dmsk",
+        "shop",
+        "dms",
+        {"public.customers": "shop.Customer"},
+        {"dms.all": ""},
+        None,
+        "sourcePosition",
+        timedelta(minutes=10),
+        100_000,
+    )
+
+
+def dms_record(offset: int, operation: str, data: dict, stamp: str, record_type: str = "data"):
+    value = {
+        "data": data,
+        "metadata": {
+            "timestamp": stamp,
+            "record-type": record_type,
+            "operation": operation,
+            "partition-key-type": "primary-key",
+            "schema-name": "public",
+            "table-name": "customers",
+            "transaction-id": 77,
+        },
+    }
+    return Received("dms.all", 0, offset, b"k", json.dumps(value).encode(), T0, T0)
+
+
+def test_dms_kafka_messages_are_changes_per_key_in_a_chunk() -> None:
+    records = [
+        dms_record(0, "load", {"ID": 1, "NAME": "a"}, "2024-01-01T00:00:00.000001Z"),
+        dms_record(1, "update", {"ID": 1, "NAME": "b"}, "2024-01-01T00:00:01.000000Z"),
+        dms_record(2, "delete", {"ID": 1, "NAME": "b"}, "2024-01-01T00:00:02.000000Z"),
+        dms_record(3, "create-table", {}, "2024-01-01T00:00:03.000000Z", "control"),
+    ]
+    out = assemble(dms_feed(), records, decode_json_value, T0)
+    assert ready_ids(out) == ["dms.all[0]@0-2"]
+    tx = out.ready[0]
+    assert tx.transaction_id == "dms:dmsk:dms.all[0]@0-2"
+    rows = tx.rows("shop.Customer")
+    assert [r[OP_COLUMN] for r in rows] == ["I", "U", "D"]
+    assert [r[POSITION_COLUMN] for r in rows] == sorted(r[POSITION_COLUMN] for r in rows)
+    request = tx.request()
+    assert "id" not in request["actions"][0]["columnMapping"]  # DMS: the data's own id column
+
+
+def test_a_dms_message_of_another_operation_is_rejected() -> None:
+    out = assemble(dms_feed(), [dms_record(0, "upsert", {"ID": 1}, "t")], decode_json_value, T0)
+    assert [t.error.code for t in out.ready] == ["INVALID_CHANGE_EVENT"]
