@@ -2,8 +2,8 @@
 
 ``Metrics`` holds the metric objects in a registry of its own (not prometheus_client's global
 one: a process may run several jobs, the tests do) and is fed by the job: the sink after each
-micro-batch (``batch``: its outcomes, the Spark jobs and Delta commits it cost, its duration),
-the progress listener after each of Spark's progress events (``progress``: the Kafka lag), and a
+micro-batch (``batch``: its outcomes, the Spark jobs and Delta commits it cost, its duration;
+``waiting``: the change feeds' records that wait), the progress listener after each of Spark's progress events (``progress``: the Kafka lag), and a
 callable for the landing folders' backlog, asked at each scrape. ``serve`` exposes the registry
 over HTTP (``/metrics``) until ``Exporter.close``.
 
@@ -83,6 +83,18 @@ class Metrics:
             ["topic"],
             registry=registry,
         )
+        self.waiting_events = Gauge(
+            "cdc_change_feed_waiting_events",
+            "Records of a change feed's source transactions not applied yet (_system/pending)",
+            ["feed"],
+            registry=registry,
+        )
+        self.oldest_waiting = Gauge(
+            "cdc_change_feed_oldest_waiting_timestamp_seconds",
+            "When the oldest waiting record of a change feed arrived (Unix time); 0: none waits",
+            ["feed"],
+            registry=registry,
+        )
         self.last_batch = Gauge(
             "cdc_last_batch_timestamp_seconds",
             "When the last micro-batch finished (Unix time); the job's start before the first",
@@ -125,6 +137,13 @@ class Metrics:
         self.batch_seconds.observe(seconds)
         self._last_batch = self._clock()
         self.last_batch.set(self._last_batch)
+
+    def waiting(self, feeds: Sequence[str], arrived: Mapping[str, Sequence[float]]) -> None:
+        """After a batch: per change feed, the arrival times (Unix) of the records that wait."""
+        for feed in feeds:
+            times = arrived.get(feed) or []
+            self.waiting_events.labels(feed=feed).set(len(times))
+            self.oldest_waiting.labels(feed=feed).set(min(times) if times else 0)
 
     def progress(self, entry: Mapping[str, Any]) -> None:
         """One of Spark's progress events (``observe.progress_entry``): the lag per topic."""

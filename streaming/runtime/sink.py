@@ -238,6 +238,12 @@ class Sink:
             self._release()
         if feeds is not None:
             self.waiting.finished(feeds.after)
+            if self.metrics is not None:
+                arrived = {
+                    name: [r.received_at.timestamp() for r in records]
+                    for name, records in feeds.after.items()
+                }
+                self.metrics.waiting([feed.name for feed in self.feeds], arrived)
         self._progress(batch_id, outcomes, applied, time.monotonic() - started, meter.stop())
         self._finished = batch_id
         return outcomes

@@ -133,6 +133,16 @@ def test_progress_sets_the_kafka_lag_per_topic() -> None:
     assert value(metrics, "cdc_kafka_lag_records", topic="b") == 0
 
 
+def test_a_change_feed_s_waiting_records_are_counted_with_the_oldest_arrival() -> None:
+    metrics = Metrics()
+    metrics.waiting(["pg", "mysql"], {"pg": [1040.0, 1000.5, 1020.0]})
+    assert value(metrics, "cdc_change_feed_waiting_events", feed="pg") == 3
+    assert value(metrics, "cdc_change_feed_oldest_waiting_timestamp_seconds", feed="pg") == 1000.5
+    assert value(metrics, "cdc_change_feed_waiting_events", feed="mysql") == 0
+    metrics.waiting(["pg", "mysql"], {})  # all applied since
+    assert value(metrics, "cdc_change_feed_oldest_waiting_timestamp_seconds", feed="pg") == 0
+
+
 def test_the_landing_backlog_is_asked_at_each_scrape_and_a_failure_leaves_it_out(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
