@@ -138,6 +138,7 @@ class Profiler:
 
         sink_cls = sink.Sink
         self.wrap(sink_cls, "__call__", "sink (foreachBatch)")
+        self.wrap(sink_cls, "_assemble", "change feeds: waiting records + assemble")
         self.wrap(sink_cls, "_triage", "triage: parse + ledger lookup")
         self.wrap(sink_cls, "_plan", "plan + validate")
         self.wrap(timeline.Timeline, "open", "timeline: versions of the tables")

@@ -3,8 +3,9 @@
 ``Metrics`` holds the metric objects in a registry of its own (not prometheus_client's global
 one: a process may run several jobs, the tests do) and is fed by the job: the sink after each
 micro-batch (``batch``: its outcomes, the Spark jobs and Delta commits it cost, its duration;
-``waiting``: the change feeds' records that wait), the progress listener after each of Spark's progress events (``progress``: the Kafka lag), and a
-callable for the landing folders' backlog, asked at each scrape. ``serve`` exposes the registry
+``waiting``: the change feeds' records that wait), the progress listener after each of Spark's
+progress events (``progress``: the Kafka lag), and a callable for the landing folders'
+backlog, asked at each scrape. ``serve`` exposes the registry
 over HTTP (``/metrics``) until ``Exporter.close``.
 
 Counters count what this process did: they start at 0 when the job starts, as Prometheus

@@ -581,7 +581,11 @@ class Sink:
         for verdict, outcome in zip(verdicts, outcomes, strict=True):
             if outcome.status is Status.REJECTED and outcome.error is not None:
                 error = RejectedError(outcome.error.message, code=outcome.error.code)
-                bad.append((verdict.raw, outcome.transaction_id, error))
+                raw = verdict.raw
+                source = feeds.staged.get(outcome.transaction_id or "") if feeds else None
+                if raw.position.kind == "changes" and source is not None:
+                    raw = replace(raw, payload=source.quarantined())  # the records themselves
+                bad.append((raw, outcome.transaction_id, error))
         writes: list[Callable[[SparkSession], None]] = [
             *(partial(_history, item=item) for item in history),
             partial(

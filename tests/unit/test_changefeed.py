@@ -285,7 +285,9 @@ def test_a_source_transaction_is_a_request_planned_from_its_staged_rows(tmp_path
     tx = assemble(feed(), topics.take(), decode_json_value, T0).ready[0]
     raw = RawRequest(SourcePosition("changes", "x", 0, 0), tx.payload(), T0)
     value = decode_changes_request(raw.payload)
-    assert "sourceEvents" not in value and json.loads(raw.payload)["sourceEvents"]
+    assert "sourceEvents" not in value
+    kept = json.loads(tx.quarantined())["sourceEvents"]
+    assert [(e["topic"], e["offset"]) for e in kept] == [(r.topic, r.offset) for r in tx.records]
     (verdict,) = triage([raw], {}, 0, lambda r: decode_changes_request(r.payload))
     datasets = {"shop": parse_dataset("shop", yaml.safe_load(SHOP))}
 
