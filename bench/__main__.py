@@ -1,9 +1,10 @@
-"""``python -m bench [--quick] [--workloads W1,Batch,W2,Scale,FullLoad,Cold] [--output FILE]``.
+"""``python -m bench [--quick] [--workloads W1,Batch,W2,Scale,FullLoad,Cold,Events] [--output
+FILE]``.
 
-W1K (W1 over a local Kafka broker), Latency (publish → outcome at a steady rate), Events
-(Debezium change events over Kafka, issue 35), EventsLatency (Postgres commit → outcome), ScaleRandom
-(Scale with the tables' rows in random id order), ScaleClustered (the same, then ``cdc maintain
---cluster``) and Sweep are not in the default set: ``--workloads W1K,Latency,ScaleRandom``."""
+W1K (W1 over a local Kafka broker), Latency (publish → outcome at a steady rate), EventsLatency
+(PostgreSQL commit → outcome through Debezium, issue 35), ScaleRandom (Scale with the tables'
+rows in random id order), ScaleClustered (the same, then ``cdc maintain --cluster``) and Sweep
+are not in the default set: ``--workloads W1K,Latency,ScaleRandom``."""
 
 from __future__ import annotations
 

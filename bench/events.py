@@ -460,12 +460,239 @@ def events(
     return result
 
 
+# -- EventsLatency -------------------------------------------------------------------------------
+LATENCY_ROWS = 10_000
+"""EventsLatency: rows of each Postgres table before the connector starts (its snapshot)."""
+LATENCY_DRAIN = 300.0
+"""EventsLatency: seconds after the last commit to wait for the outcomes."""
+PG_TABLES = {t: t.split(".")[1] for t in SCHEMAS.values()}
+"""Source table → Postgres table name."""
+
+
+def missing_prerequisites() -> str | None:
+    """Why EventsLatency cannot run here (no Connect/Debezium jars, no PostgreSQL 15, no java),
+    or None."""
+    from tests.support.kafka_connect import DEFAULT_JARS_DIR
+    from tests.support.postgres import PG_BIN
+
+    if not any(DEFAULT_JARS_DIR.glob("connect-runtime-*.jar")) or not any(
+        DEFAULT_JARS_DIR.glob("debezium-connector-postgres-*.jar")
+    ):
+        return f"no Kafka Connect + Debezium jars in {DEFAULT_JARS_DIR} (make jars-connect)"
+    if not all((PG_BIN / tool).exists() for tool in ("initdb", "pg_ctl", "postgres")):
+        return f"no PostgreSQL 15 in {PG_BIN} (make postgres, or PG_BIN=<dir>)"
+    if shutil.which("java") is None:
+        return "no java on PATH (Kafka Connect needs Java 17+)"
+    return None
+
+
+def sql_of(tx: EventTx) -> list[tuple[str, tuple[Any, ...]]]:
+    """A generated transaction as SQL statements (with parameters) on ``PG_TABLES``."""
+    out: list[tuple[str, tuple[Any, ...]]] = []
+    for c in tx.changes:
+        table, row = PG_TABLES[c.table], c.row
+        if c.op == "c":
+            out.append(
+                (
+                    f"INSERT INTO {table} (id, owner, balance, status) VALUES (%s, %s, %s, %s)",
+                    (row["id"], row["owner"], row["balance"], row["status"]),
+                )
+            )
+        elif c.op == "u":
+            out.append(
+                (
+                    f"UPDATE {table} SET owner = %s, balance = %s, status = %s WHERE id = %s",
+                    (row["owner"], row["balance"], row["status"], row["id"]),
+                )
+            )
+        else:
+            out.append((f"DELETE FROM {table} WHERE id = %s", (row["id"],)))
+    return out
+
+
+def source_txid(transaction_id: str) -> str | None:
+    """The Postgres ``txId`` of a feed transaction's outcome id (``debezium:<feed>:<txId>:<lsn>``);
+    None for a snapshot chunk or another source."""
+    from streaming.core.changefeed import POSTGRES_TX
+
+    head = f"debezium:{FEED}:"
+    if not transaction_id.startswith(head):
+        return None
+    found = POSTGRES_TX.fullmatch(transaction_id.removeprefix(head))
+    return found.group(1) if found else None
+
+
 def events_latency(
     spark: SparkSession, sizes: Sizes, base: Path, broker: LocalKafkaBroker
 ) -> dict[str, Any]:
-    """EventsLatency: not built yet."""
-    raise NotImplementedError("EventsLatency")
+    """EventsLatency: PostgreSQL 15 → Debezium's Postgres connector in Kafka Connect (JSON with
+    the converter's schema wrapper, transaction metadata) → the broker → our job, running with
+    a 1 s processing-time trigger. Two tables of ``LATENCY_ROWS`` rows reach it as the
+    connector's snapshot; one warm-up transaction, then ``events_latency_transactions``
+    transactions (``event_transactions``' first ones, as SQL) committed at
+    ``events_latency_rate`` per second. Per transaction: ``clock_timestamp()`` of its last
+    statement, just before COMMIT → the Kafka timestamp of its outcome event (matched by the
+    ``txId`` in ``debezium:<feed>:<txId>:<lsn>``). Skipped, with the reason, without the jars
+    or PostgreSQL."""
+    why = missing_prerequisites()
+    if why is not None:
+        say(f"EventsLatency: skipped: {why}")
+        return {"skipped": why}
+    from bench.kafka import OutcomeEvents, latency_stats
+    from tests.support.kafka_connect import DebeziumPostgresConnect, wait_for_slot
+    from tests.support.postgres import PostgresCluster
+
+    root = base / "events-latency"
+    prefix = "evlat"
+    count = sizes.events_latency_transactions
+    txs = event_transactions(6 * (count + 1), LATENCY_ROWS)[: count + 1]
+    warm, measured = txs[0], txs[1:]
+    pg = PostgresCluster(root / "postgres")
+    connect: DebeziumPostgresConnect | None = None
+    job: Job | None = None
+    query = None
+    events: OutcomeEvents | None = None
+    committed: dict[str, float] = {}
+    try:
+        pg.start()
+        for table in PG_TABLES.values():
+            pg.execute(
+                f"CREATE TABLE {table} (id text PRIMARY KEY, owner text, balance bigint, "
+                "status text)"
+            )
+            pg.execute(
+                f"INSERT INTO {table} SELECT 'a' || lpad(n::text, 9, '0'), 'owner-' || n, n, "
+                f"'active' FROM generate_series(0, {LATENCY_ROWS - 1}) n"
+            )
+        connect = DebeziumPostgresConnect(
+            root / "connect",
+            broker.bootstrap,
+            pg,
+            topic_prefix=prefix,
+            tables=list(PG_TABLES.values()),
+        )
+        started = time.perf_counter()
+        connect.start()
+        wait_for_slot(pg, connect.slot_name)
+        say(f"EventsLatency: Postgres and Kafka Connect up in {time.perf_counter() - started:.1f}s")
+        ws = Workspace(root / "ours", DATASET, YAML)
+        topics = {
+            "transactions_topic": f"{prefix}.requests",
+            "outcomes_topic": f"{prefix}.outcomes",
+        }
+        broker.create_topics(topics.values())
+        cfg = ws.config(
+            landing={},
+            trigger={"interval": "1 second"},
+            spark={"shuffle_partitions": SHUFFLE_PARTITIONS},
+            kafka={
+                "bootstrap": broker.bootstrap,
+                **topics,
+                "change_feeds": [
+                    {"name": FEED, "dataset": DATASET, "topic_prefix": prefix, "tables": SCHEMAS}
+                ],
+            },
+        )
+        job = Job.create(spark, cfg)
+        events = OutcomeEvents(broker.bootstrap, topics["outcomes_topic"])
+        query = job.start(once=False)
+
+        def commit(tx: EventTx) -> str:
+            with pg.transaction() as cur:
+                for statement, params in sql_of(tx):
+                    cur.execute(statement.encode(), params)
+                cur.execute(b"SELECT txid_current(), extract(epoch FROM clock_timestamp())")
+                got = cur.fetchone()
+            assert got is not None
+            txid, at = got
+            committed[str(txid)] = float(at)
+            return str(txid)
+
+        def by_txid() -> dict[str, float]:
+            assert events is not None
+            out = {}
+            for tid, at in events.times.items():
+                found = source_txid(tid)
+                if found is not None:
+                    out[found] = at
+            return out
+
+        def wait(wanted: set[str], deadline: float) -> bool:
+            assert events is not None and query is not None
+            while not wanted <= by_txid().keys():
+                if time.time() > deadline or not query.isActive:
+                    return False
+                events.read_until({"-"}, min(deadline, time.time() + 1))
+            return True
+
+        warm_id = commit(warm)
+        if not wait({warm_id}, time.time() + 600):
+            raise RuntimeError(f"EventsLatency: no outcome for the warm-up transaction {warm_id}")
+        warm_seconds = by_txid()[warm_id] - committed[warm_id]
+        say(
+            f"EventsLatency: snapshot and warm-up applied ({warm_seconds:.1f}s "
+            f"for the warm-up); committing {count} transactions at {sizes.events_latency_rate:g}/s"
+        )
+        first = time.time() + 0.1
+        ids = []
+        for i, tx in enumerate(measured):
+            while (pause := first + i / sizes.events_latency_rate - time.time()) > 0:
+                time.sleep(pause)
+            ids.append(commit(tx))
+        last_commit = time.time()
+        wanted = set(ids)
+        wait(wanted, last_commit + LATENCY_DRAIN)
+        stopped_at = time.time()
+        outcomes = by_txid()
+    finally:
+        if job is not None and query is not None:
+            job.stop(query)
+        if events is not None:
+            events.close()
+        if connect is not None:
+            connect.stop()
+        pg.stop()
+    exact = [outcomes[t] - committed[t] for t in ids if t in outcomes]
+    censored = [stopped_at - committed[t] for t in ids if t not in outcomes]
+    stats = latency_stats(exact, censored)
+    statuses: dict[str, int] = {}
+    for tid, status in events.statuses.items():
+        if source_txid(tid) in wanted:
+            statuses[status] = statuses.get(status, 0) + 1
+    span = max(committed[t] for t in ids) - min(committed[t] for t in ids)
+    say(
+        f"EventsLatency: {len(exact)} of {len(ids)} measured; p50 {stats['p50']['seconds']:.1f}s, "
+        f"p99 {stats['p99']['seconds']:.1f}s, max {stats['max']['seconds']:.1f}s {statuses}"
+    )
+    shutil.rmtree(root, ignore_errors=True)
+    return {
+        "transactions": len(ids),
+        "events": sum(len(tx.changes) for tx in measured),
+        "rate": sizes.events_latency_rate,
+        "achieved_rate": round(rate(len(ids) - 1, span), 2),
+        "table_rows": LATENCY_ROWS,
+        "trigger": "1 second",
+        "measured": len(exact),
+        "censored": len(censored),
+        "statuses": statuses,
+        "latency": stats,
+    }
 
 
 def latency_lines(r: dict[str, Any]) -> list[str]:
-    return []
+    """EventsLatency's lines of the results table."""
+    if "skipped" in r:
+        return [f"EventsLatency: skipped: {r['skipped']}"]
+    lat = r["latency"]
+
+    def fmt(entry: dict[str, Any]) -> str:
+        return f"{'' if entry['exact'] else '>= '}{entry['seconds']:.1f}s"
+
+    return [
+        f"EventsLatency: {r['transactions']:,} Postgres transactions ({r['events']:,} changes over "
+        f"2 tables of {r['table_rows']:,} rows) committed at {r['rate']:g}/s (achieved "
+        f"{r['achieved_rate']:.1f}/s) → Debezium → ours, trigger {r['trigger']}",
+        f"EventsLatency  commit → outcome event: p50 {fmt(lat['p50'])}, p99 {fmt(lat['p99'])}, "
+        f"max {fmt(lat['max'])}; {r['measured']:,} of {r['transactions']:,} measured "
+        f"{r['statuses']}",
+    ]
