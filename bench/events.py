@@ -569,7 +569,7 @@ def events_latency(
             broker.bootstrap,
             pg,
             topic_prefix=prefix,
-            tables=list(PG_TABLES.values()),
+            tables=list(SCHEMAS.values()),
         )
         started = time.perf_counter()
         connect.start()
