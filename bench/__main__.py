@@ -1,8 +1,10 @@
-"""``python -m bench [--quick] [--workloads W1,Batch,W2,Scale,FullLoad,Cold] [--output FILE]``.
+"""``python -m bench [--quick] [--workloads W1,Batch,W2,Scale,FullLoad,Cold,Events] [--output
+FILE]``.
 
-W1K (W1 over a local Kafka broker), Latency (publish → outcome at a steady rate), ScaleRandom
-(Scale with the tables' rows in random id order), ScaleClustered (the same, then ``cdc maintain
---cluster``) and Sweep are not in the default set: ``--workloads W1K,Latency,ScaleRandom``."""
+W1K (W1 over a local Kafka broker), Latency (publish → outcome at a steady rate), EventsLatency
+(PostgreSQL commit → outcome through Debezium, issue 35), ScaleRandom (Scale with the tables'
+rows in random id order), ScaleClustered (the same, then ``cdc maintain --cluster``) and Sweep
+are not in the default set: ``--workloads W1K,Latency,ScaleRandom``."""
 
 from __future__ import annotations
 
@@ -26,8 +28,10 @@ WORKLOADS = (
     "Sweep",
     "Cold",
     "Latency",
+    "Events",
+    "EventsLatency",
 )
-DEFAULT = ("W1", "Batch", "W2", "Scale", "FullLoad", "Cold")
+DEFAULT = ("W1", "Batch", "W2", "Scale", "FullLoad", "Cold", "Events")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,6 +136,24 @@ def main(argv: list[str] | None = None) -> int:
         help="Latency: kafka.max_offsets_per_trigger (default: W1's transactions per batch)",
     )
     parser.add_argument(
+        "--events", type=int, help="Events: Debezium change events (200,000; quick: 10,000)"
+    )
+    parser.add_argument(
+        "--events-max-per-batch",
+        type=int,
+        help="Events: ours' kafka.max_offsets_per_trigger (default: none, available-now)",
+    )
+    parser.add_argument(
+        "--events-latency-transactions",
+        type=int,
+        help="EventsLatency: Postgres transactions committed (100; quick: 40)",
+    )
+    parser.add_argument(
+        "--events-latency-rate",
+        type=float,
+        help="EventsLatency: Postgres transactions committed per second (5)",
+    )
+    parser.add_argument(
         "--sweep",
         help="Sweep: comma-separated transactions per micro-batch (default: the size's list)",
     )
@@ -198,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
         ("full_load_rows", "full_load_rows"),
         ("full_load_runs", "full_load_runs"),
         ("rows_per_file", "rows_per_file"),
+        ("events", "events_changes"),
+        ("events_max_per_batch", "events_max_per_batch"),
+        ("events_latency_transactions", "events_latency_transactions"),
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -221,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         "latency_max_per_batch": args.latency_max_per_batch,
     }
     sizes = replace(sizes, **{k: v for k, v in latency.items() if v is not None})
+    if args.events_latency_rate is not None:
+        if args.events_latency_rate <= 0:
+            parser.error("--events-latency-rate: expected a positive number")
+        sizes = replace(sizes, events_latency_rate=args.events_latency_rate)
     run(sizes, chosen, args.output, keep=args.keep)
     return 0
 

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 
-from bench import baselines, batch, cold, data, kafka
+from bench import baselines, batch, cold, data, events, kafka
 from bench.common import SHUFFLE_PARTITIONS, column_of, rate, say, seed_tables
 from bench.ours import TABLES, OurRun, Workspace, run_job
 from bench.sizes import Sizes
@@ -875,6 +875,33 @@ def render(results: dict[str, Any]) -> str:
                 f"W2       keys only in ours {diff['only_ours']:,}, only in plain one MERGE "
                 f"{diff['only_plain']:,}"
             )
+    if "Events" in results:
+        r = results["Events"]
+        lines.append(
+            f"Events: {r['events']:,} Debezium events (JSON, no schema wrapper) in "
+            f"{r['transactions']:,} source transactions over {r['tables']} tables of "
+            f"{r['table_rows']:,} rows, "
+            + (f"<= {r['per_batch']:,} per batch" if r["per_batch"] else "ours available-now")
+        )
+        row("Events", "ours (change feed)", r["ours"], None)
+        row(
+            "Events",
+            "plain, last per key, MERGE per table",
+            r["plain"],
+            r["ratios"]["ours_vs_plain"],
+        )
+        check = r["check"]
+        differ = not check["same_rows"] or any(check["ours_vs_expected"].values())
+        lines.append(
+            f"Events   time ours / plain: {r['ours']['seconds']:.1f}s / "
+            f"{r['plain']['seconds']:.1f}s = {r['ratios']['ours_time_vs_plain']:.2f}x; rows after: "
+            + ", ".join(
+                f"{schema} {c['ours']:,}/{c['plain']:,}" for schema, c in check["rows"].items()
+            )
+            + ("  (DIFFER)" if differ else " (ours/plain: same ids and values)")
+        )
+    if "EventsLatency" in results:
+        lines += events.latency_lines(results["EventsLatency"])
     orders = {
         "Scale": "",
         "ScaleRandom": "rows in random id order, ",
@@ -1105,6 +1132,14 @@ def run(
         if "Latency" in workloads:
             broker = broker or kafka.start_broker(base)
             results["Latency"] = latency(spark, sizes, base, broker)
+            _write(output, results)
+        if "Events" in workloads:
+            broker = broker or kafka.start_broker(base)
+            results["Events"] = events.events(spark, sizes, base, broker)
+            _write(output, results)
+        if "EventsLatency" in workloads:
+            broker = broker or kafka.start_broker(base)
+            results["EventsLatency"] = events.events_latency(spark, sizes, base, broker)
         results["seconds"] = round(time.perf_counter() - started, 1)
         results["load_average_end"] = round(os.getloadavg()[0], 1)
         _write(output, results)

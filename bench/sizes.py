@@ -79,6 +79,16 @@ class Sizes:
     deletion_vectors: bool = False
     """Ours with ``tables.deletion_vectors`` on (the job's current tables; a fresh process's
     Cold run keeps the default)."""
+    events_changes: int = 200_000
+    """Events (issue 35): Debezium change events (in source transactions of 1-5) into two
+    tables of ``w2_table_rows`` rows each."""
+    events_max_per_batch: int = 0
+    """Events: ours' ``kafka.max_offsets_per_trigger`` (0 = none: available-now takes every
+    event in as few micro-batches as Spark takes)."""
+    events_latency_transactions: int = 100
+    """EventsLatency: Postgres transactions committed at ``events_latency_rate`` per second."""
+    events_latency_rate: float = 5.0
+    """EventsLatency: transactions committed per second (steady)."""
     w2_extra_props: int = 0
     """W2 (and its warm-up) only: properties added to W2's four (owner, balance, status, ts),
     ``p01``, ``p02``, ... string and integer in turn, in the dataset, the seeded table, the DMS
@@ -116,4 +126,6 @@ QUICK = Sizes(
     latency_warm_seconds=15.0,
     latency_drain=240.0,
     full_load_rows=100_000,
+    events_changes=10_000,
+    events_latency_transactions=40,
 )
