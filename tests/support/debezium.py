@@ -150,5 +150,12 @@ def send(bootstrap: str, records: list[Received]) -> None:
             failed.append(str(error))
 
     for r in records:
-        producer.produce(r.topic, value=r.value, key=r.key, partition=0, on_delivery=delivered)
-    assert producer.flush(60) == 0 and not failed, failed
+        while True:
+            try:
+                producer.produce(
+                    r.topic, value=r.value, key=r.key, partition=0, on_delivery=delivered
+                )
+                break
+            except BufferError:  # the client's queue is full: let deliveries drain it
+                producer.poll(0.5)
+    assert producer.flush(120) == 0 and not failed, failed
