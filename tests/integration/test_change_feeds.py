@@ -17,24 +17,11 @@ from streaming.core.config import AppConfig
 from streaming.core.faults import CRASH_ENV
 from tests.support import Workspace
 from tests.support.cdc import cdc_env, run_cdc
+from tests.support.datasets import SHOP
 from tests.support.debezium import Topics, send
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
-SHOP = """
-shop.Customer:
-  properties:
-    name: {type: string}
-    balance: {type: number}
-    sourcePosition: {type: string}
-  watermark: [sourcePosition]
-shop.Order:
-  properties:
-    customerId: {type: string}
-    amount: {type: number}
-    sourcePosition: {type: string}
-  watermark: [sourcePosition]
-"""
 CUST, ORD = "public.customers", "public.orders"
 
 

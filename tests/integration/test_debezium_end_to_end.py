@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 from streaming.runtime.job import Job
 from tests.support import Workspace
 from tests.support.cdc import wait_until
+from tests.support.datasets import SHOP
 from tests.support.kafka import read_topic
 from tests.support.kafka_broker import LocalKafkaBroker
 from tests.support.kafka_connect import DebeziumPostgresConnect, wait_for_slot
@@ -35,20 +36,6 @@ from tests.support.postgres import PostgresCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
-SHOP = """
-shop.Customer:
-  properties:
-    name: {type: string}
-    balance: {type: number}
-    sourcePosition: {type: string}
-  watermark: [sourcePosition]
-shop.Order:
-  properties:
-    customerId: {type: integer}
-    amount: {type: number}
-    sourcePosition: {type: string}
-  watermark: [sourcePosition]
-"""
 TABLES = {"shop.Customer": "public.customers", "shop.Order": "public.orders"}
 COLUMNS = {"shop.Customer": ("name", "balance"), "shop.Order": ("customerId", "amount")}
 PG_COLUMNS = {"shop.Customer": ("name", "balance"), "shop.Order": ("customer_id", "amount")}

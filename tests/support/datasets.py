@@ -24,6 +24,23 @@ petstore.Cat:
 """
 """Two object schemas: transactions that write two tables."""
 
+SHOP = """\
+shop.Customer:
+  properties:
+    name: {type: string}
+    balance: {type: number}
+    sourcePosition: {type: string}
+  watermark: [sourcePosition]
+shop.Order:
+  properties:
+    customerId: {type: integer}
+    amount: {type: number}
+    sourcePosition: {type: string}
+  watermark: [sourcePosition]
+"""
+"""Two tables a change feed fills (a Debezium connector's customers and orders): the source
+position of each row's last change is its watermark."""
+
 DOG_AGE_CAT = """\
 petstore.Dog:
   properties: {name: {type: string}, age: {type: integer}}
@@ -45,5 +62,5 @@ DOG_CAT_TABLES = {
 }
 """Every table a DOG_CAT warehouse holds: name → path parts under the warehouse."""
 
-PETSTORE = (Path(__file__).resolve().parents[2] / "streaming" / "resources" / "petstore.yaml")
+PETSTORE = Path(__file__).resolve().parents[2] / "streaming" / "resources" / "petstore.yaml"
 """The petstore dataset the package ships (seed 000's schemas, queries and views)."""
