@@ -536,40 +536,40 @@ def assemble(feed: Feed, records: Iterable[Received], decode: Decode, now: datet
         return min(r.received_at for r in records_of[tx])
 
     waiting_events = sum(len(records_of[tx]) for tx in records_of)
+
+    def take(tx: str) -> tuple[list[Received], list[DataEvent]]:
+        """The transaction's records, no longer waiting, and its events of the mapped tables."""
+        nonlocal waiting_events
+        records = records_of.pop(tx)
+        waiting_events -= len(records)
+        got = sorted(events.get(tx, {}).values(), key=lambda e: e.order)
+        return records, [e for e in got if e.table in feed.tables]
+
     by_commit = sorted(ends, key=lambda tx: ends[tx].record.sort_key())
     held = False
     for tx in by_commit:
         if not held and complete(tx):
-            ordered_events = sorted(events.get(tx, {}).values(), key=lambda e: e.order)
-            if any(e.table in feed.tables for e in ordered_events) or not ends[tx].counts:
-                ordered_events = [e for e in ordered_events if e.table in feed.tables]
-                if ordered_events:
-                    transactions.append(
-                        _transaction(feed, tx, records_of.pop(tx), ordered_events, ends[tx])
-                    )
-                    continue
-            records_of.pop(tx)  # touched none of the feed's tables: nothing to apply
+            records, found = take(tx)
+            if found:  # else it touched none of the feed's tables: nothing to apply
+                transactions.append(_transaction(feed, tx, records, found, ends[tx]))
             continue
-        too_old = now - first_seen(tx) > feed.max_wait
-        if not held and (too_old or waiting_events > feed.max_pending_events):
-            got = sorted(events.get(tx, {}).values(), key=lambda e: e.order)
-            why = _incomplete(feed, tx, got, ends[tx], now - first_seen(tx))
-            found = [e for e in got if e.table in feed.tables]
-            waiting_events -= len(records_of[tx])
-            transactions.append(_transaction(feed, tx, records_of.pop(tx), found, ends[tx], why))
+        waited = now - first_seen(tx)
+        if not held and (waited > feed.max_wait or waiting_events > feed.max_pending_events):
+            records, found = take(tx)
+            why = _incomplete(feed, tx, found, ends[tx], waited)
+            transactions.append(_transaction(feed, tx, records, found, ends[tx], why))
             continue
         held = True  # a later commit waits for this one
     for tx in sorted(set(records_of) - set(ends), key=first_seen):  # no END (yet)
-        if now - first_seen(tx) > feed.max_wait:
-            got = sorted(events.get(tx, {}).values(), key=lambda e: e.order)
+        waited = now - first_seen(tx)
+        if waited > feed.max_wait:
+            records, found = take(tx)
+            records.sort(key=Received.sort_key)
             why = RejectedError(
-                f"source transaction {tx} has no END after "
-                f"{int((now - first_seen(tx)).total_seconds())} s; "
+                f"source transaction {tx} has no END after {int(waited.total_seconds())} s; "
                 "its events are in quarantine",
                 code="SOURCE_TRANSACTION_INCOMPLETE",
             )
-            records = sorted(records_of.pop(tx), key=Received.sort_key)
-            found = [e for e in got if e.table in feed.tables]
             transactions.append(SourceTransaction(feed, tx, records, found, why, records[0]))
     chunks: list[SourceTransaction] = []
     for (topic, partition), chunk in sorted(loose.items()):

@@ -206,6 +206,18 @@ def test_past_max_pending_events_the_oldest_incomplete_transaction_is_rejected()
     assert ready_ids(out) == ["tx1"] and out.ready[0].error is not None
 
 
+def test_records_of_transactions_applied_in_the_batch_do_not_count_as_waiting() -> None:
+    topics = Topics()
+    for n in range(5):  # 15 records, all complete
+        topics.transaction(f"{n}:1", [(CUST, "u", {"id": n})])
+    topics.begin("9:1")
+    topics.event(CUST, "u", {"id": 9}, tx="9:1")
+    topics.end("9", {CUST: 1, ORD: 1}, end_id="9:5")  # 3 records, its order's event to come
+    out = assemble(feed(max_pending_events=4), topics.take(), decode_json_value, T0)
+    assert [t.error for t in out.ready] == [None] * 5  # applied; 9 waits, not given up
+    assert len(out.waiting) == 3
+
+
 def test_a_transaction_of_tables_the_feed_does_not_map_is_passed_over() -> None:
     topics = Topics()
     topics.begin("tx9")
