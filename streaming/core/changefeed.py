@@ -111,7 +111,8 @@ class DataEvent:
     position: str
     transaction: str | None
     order: int
-    """The event's order in its transaction (Debezium's ``total_order``), else its offset."""
+    """The event's order among its transaction's events of its table (Debezium's
+    ``data_collection_order``), else its offset."""
 
 
 @dataclass(frozen=True)
@@ -501,7 +502,6 @@ def assemble(feed: Feed, records: Iterable[Received], decode: Decode, now: datet
     unreadable: list[SourceTransaction] = []
     transactions: list[SourceTransaction] = []
     loose: dict[tuple[str, int], list[DataEvent]] = {}
-    begins: dict[str, Boundary] = {}
     ends: dict[str, Boundary] = {}
     events: dict[str, dict[tuple[str, int], DataEvent]] = {}
     records_of: dict[str, list[Received]] = {}
@@ -516,7 +516,8 @@ def assemble(feed: Feed, records: Iterable[Received], decode: Decode, now: datet
         if item is None:
             continue
         if isinstance(item, Boundary):
-            (begins if item.status == "BEGIN" else ends).setdefault(item.transaction, item)
+            if item.status == "END":  # a BEGIN only counts among the transaction's records
+                ends.setdefault(item.transaction, item)
             records_of.setdefault(item.transaction, []).append(record)
         elif item.transaction is None or feed.transaction_topic is None:
             loose.setdefault((record.topic, record.partition), []).append(item)
