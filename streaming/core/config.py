@@ -260,14 +260,27 @@ PEM files, ``ssl.ca.location``). Other keys librdkafka does not know fail when t
 with librdkafka's "No such configuration property"."""
 
 
-DURATION_UNITS = {"second": 1, "seconds": 1, "minute": 60, "minutes": 60}
+DURATION_UNITS = {
+    "second": 1,
+    "seconds": 1,
+    "minute": 60,
+    "minutes": 60,
+    "hour": 3600,
+    "hours": 3600,
+    "day": 86400,
+    "days": 86400,
+}
 
 
 def duration_seconds(text: str) -> int:
-    """Seconds of a duration written ``'<number> <unit>'`` (``30 seconds``, ``1 minute``)."""
+    """Seconds of a duration written ``'<number> <unit>'`` (``30 seconds``, ``1 minute``,
+    ``7 days``)."""
     parts = text.split()
     if len(parts) != 2 or not parts[0].isdigit() or parts[1] not in DURATION_UNITS:
-        raise ValueError("expected '<number> seconds' or '<number> minutes', e.g. '20 seconds'")
+        raise ValueError(
+            "expected '<number> <unit>' with a unit of seconds, minutes, hours or days, "
+            "e.g. '20 seconds'"
+        )
     return int(parts[0]) * DURATION_UNITS[parts[1]]
 
 
@@ -461,6 +474,78 @@ class TablesConfig(_Strict):
     )
 
 
+class UpkeepConfig(_Strict):
+    """Table upkeep the job runs by itself between micro-batches (docs/operations.md)
+
+    Compaction, current tables clustered by id, retention properties and VACUUM, after a
+    micro-batch's outcomes."""
+
+    enabled: bool = Field(True, description="Run upkeep between micro-batches")
+    compact_files: int = Field(
+        50,
+        ge=2,
+        description="A table is compacted (OPTIMIZE) once this many of its files are small "
+        "(Delta's auto compaction threshold)",
+    )
+    small_file_mib: int = Field(
+        16,
+        ge=1,
+        description="Files under this size (MiB) count as small; compaction leaves larger ones",
+    )
+    cluster: bool = Field(
+        True,
+        description="Keep current tables ordered by id (OPTIMIZE ZORDER BY id) when their "
+        "files' id ranges overlap, so that a batch's MERGE opens few files",
+    )
+    order_depth: int = Field(
+        8,
+        ge=2,
+        description="A current table is clustered once this many of its files can hold one same "
+        "id (checked when it is compacted and at its first write after the job starts)",
+    )
+    budget: Duration = Field(
+        "30 seconds",
+        description="After a micro-batch, no new upkeep task starts once this much time went "
+        "to upkeep (a task that started runs to its end; the rest waits for the next batch)",
+    )
+    retention: Duration = Field(
+        "7 days",
+        description="Time travel kept: each table's `delta.logRetentionDuration` and "
+        "`delta.deletedFileRetentionDuration`, and what VACUUM keeps",
+    )
+    vacuum_every: Duration = Field(
+        "1 day",
+        description="Time between two VACUUMs of a table (the first one this long after the job "
+        "started)",
+    )
+
+    @field_validator("retention")
+    @classmethod
+    def _at_least_an_hour(cls, value: str) -> str:
+        if duration_seconds(value) < 3600:
+            raise ValueError(
+                "must be at least 1 hour: a shorter one lets VACUUM remove files a running "
+                "reader or writer may still need"
+            )
+        return value
+
+    @property
+    def budget_seconds(self) -> int:
+        return duration_seconds(self.budget)
+
+    @property
+    def retention_seconds(self) -> int:
+        return duration_seconds(self.retention)
+
+    @property
+    def retention_hours(self) -> float:
+        return self.retention_seconds / 3600
+
+    @property
+    def vacuum_every_seconds(self) -> int:
+        return duration_seconds(self.vacuum_every)
+
+
 class TriggerConfig(_Strict):
     """When the continuous query starts a micro-batch (`cdc run --once` ignores it)."""
 
@@ -602,6 +687,7 @@ class AppConfig(_Strict):
     )
     trigger: TriggerConfig = Field(default_factory=TriggerConfig)
     tables: TablesConfig = Field(default_factory=TablesConfig)
+    upkeep: UpkeepConfig = Field(default_factory=UpkeepConfig)
     shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
     lease: LeaseConfig = Field(default_factory=LeaseConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)

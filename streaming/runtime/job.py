@@ -34,7 +34,7 @@ from streaming.core.changefeed import Feed, decode_json_value, feed_of
 from streaming.core.config import AppConfig
 from streaming.core.errors import CdcError, ConfigError
 from streaming.core.failures import query_failure
-from streaming.core.layout import Layout
+from streaming.core.layout import CURRENT_FILE_MIB, Layout
 from streaming.runtime.lease import Lease
 from streaming.runtime.metrics import Exporter, Metrics, serve
 from streaming.runtime.observe import ProgressListener
@@ -48,7 +48,9 @@ from streaming.runtime.stopping import (
     Stop,
     StopRequested,
 )
+from streaming.runtime.upkeep import Upkeep, retention_properties
 from streaming.storage.evolution import evolve
+from streaming.storage.maintain import current_tables
 from streaming.storage.schemas import (
     LEDGER_SCHEMA,
     OUTCOMES_SCHEMA,
@@ -84,18 +86,21 @@ def prepare_tables(
     *,
     deletion_vectors: bool = False,
     feeds: bool = False,
+    properties: Mapping[str, str] | None = None,
 ) -> None:
     """Create every table the job writes (empty), so readers find them from the start, and bring
     the tables of changed dataset definitions up to date (``storage.evolution``) — or refuse
     to start, before the query consumes anything, when a change is not additive.
-    ``deletion_vectors``: the current tables have them on (``tables.deletion_vectors``)."""
-    ensure_table(spark, layout.ledger, LEDGER_SCHEMA)
+    ``deletion_vectors``: the current tables have them on (``tables.deletion_vectors``);
+    ``properties``: on every table created (upkeep's retention)."""
+    extra = dict(properties or {})
+    ensure_table(spark, layout.ledger, LEDGER_SCHEMA, extra)
     add_missing_columns(spark, layout.ledger, LEDGER_SCHEMA)  # ledgers of older versions
-    ensure_table(spark, layout.outcomes, OUTCOMES_SCHEMA)
-    ensure_table(spark, layout.quarantine, QUARANTINE_SCHEMA)
+    ensure_table(spark, layout.outcomes, OUTCOMES_SCHEMA, extra)
+    ensure_table(spark, layout.quarantine, QUARANTINE_SCHEMA, extra)
     if feeds:
-        ensure_table(spark, layout.pending, PENDING_SCHEMA)
-    evolve(spark, datasets, layout, deletion_vectors=deletion_vectors)
+        ensure_table(spark, layout.pending, PENDING_SCHEMA, extra)
+    evolve(spark, datasets, layout, deletion_vectors=deletion_vectors, properties=extra)
 
 
 def _ensure_dir(spark: SparkSession, path: str) -> str:
@@ -205,12 +210,14 @@ class Job:
             for index, feed in enumerate(kafka.change_feeds if kafka else [])
         ]
         # Before anything else connects: a definition its tables cannot follow stops here.
+        upkeep = cfg.upkeep
         prepare_tables(
             spark,
             datasets,
             layout,
             deletion_vectors=cfg.tables.deletion_vectors,
             feeds=bool(feeds),
+            properties=retention_properties(upkeep.retention_seconds) if upkeep.enabled else {},
         )
         if kafka is not None:  # credentials the broker refuses stop the job here
             check_kafka(spark, kafka)
@@ -233,6 +240,16 @@ class Job:
             lease=lease,
             feeds=feeds,
             decode_change=codec.decode_change if codec else decode_json_value,
+            upkeep=Upkeep(
+                spark,
+                upkeep,
+                current=current_tables(layout, datasets),
+                current_file_mib=CURRENT_FILE_MIB,
+                root=layout.warehouse,
+                metrics=metrics,
+            )
+            if upkeep.enabled
+            else None,
         )
         return cls(spark, cfg, datasets, layout, sink, exporter=exporter, lease=lease)
 

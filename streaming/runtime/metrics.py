@@ -96,6 +96,25 @@ class Metrics:
             ["feed"],
             registry=registry,
         )
+        self.upkeep_runs = Counter(
+            "cdc_upkeep_runs",
+            "Upkeep tasks the job ran between micro-batches, by action (compact, order, vacuum, "
+            "retention) and result (done, failed)",
+            ["action", "result"],
+            registry=registry,
+        )
+        self.upkeep_seconds = Counter(
+            "cdc_upkeep_seconds",
+            "Seconds upkeep tasks took, by action",
+            ["action"],
+            registry=registry,
+        )
+        self.table_files = Gauge(
+            "cdc_table_files",
+            "Live data files of a table the job writes, as of its last write by the job",
+            ["table"],
+            registry=registry,
+        )
         self.last_batch = Gauge(
             "cdc_last_batch_timestamp_seconds",
             "When the last micro-batch finished (Unix time); the job's start before the first",
@@ -145,6 +164,15 @@ class Metrics:
             times = arrived.get(feed) or []
             self.waiting_events.labels(feed=feed).set(len(times))
             self.oldest_waiting.labels(feed=feed).set(min(times) if times else 0)
+
+    def upkeep(self, runs: Sequence[tuple[str, str, float]], files: Mapping[str, int]) -> None:
+        """After a batch's upkeep: its tasks as (action, result, seconds), and the live files of
+        each table it looked at."""
+        for action, result, seconds in runs:
+            self.upkeep_runs.labels(action=action, result=result).inc()
+            self.upkeep_seconds.labels(action=action).inc(seconds)
+        for table, count in files.items():
+            self.table_files.labels(table=table).set(count)
 
     def progress(self, entry: Mapping[str, Any]) -> None:
         """One of Spark's progress events (``observe.progress_entry``): the lag per topic."""

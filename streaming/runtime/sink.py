@@ -64,6 +64,7 @@ from streaming.runtime.metering import Cost, Meter
 from streaming.runtime.metrics import Metrics
 from streaming.runtime.parallel import Sessions
 from streaming.runtime.stopping import BatchGate, StopRequested
+from streaming.runtime.upkeep import Upkeep
 from streaming.storage import ledger, pending, system
 from streaming.storage.commits import BatchCommit
 from streaming.storage.timeline import Timeline
@@ -106,6 +107,8 @@ class Sink:
     """The change feeds the query reads (``kafka.change_feeds``; ``core.changefeed``)."""
     decode_change: Decode | None = None
     """A change feed's key or value bytes → its value (JSON, or Avro with the registry)."""
+    upkeep: Upkeep | None = None
+    """Table upkeep after each batch (``upkeep:``; ``runtime.upkeep``); None: none."""
     waiting: pending.Waiting = field(default_factory=pending.Waiting, init=False)
     """The change feeds' records that wait, held between batches (``storage.pending``)."""
     sessions: Sessions = field(init=False)
@@ -123,12 +126,17 @@ class Sink:
     publishing its outcomes)."""
     _finished: int | None = field(default=None, init=False)
     """The last batch this sink ran to its end (``replay_possible``)."""
+    _touched: set[str] = field(default_factory=set, init=False)
+    """The tables the last batch may have written (upkeep looks at them)."""
     _held: list[DataFrame] = field(default_factory=list, init=False)
     """The batch's cached change rows (``loads.load_wave``), unpersisted when it ends: history
     is appended after every wave, and a first load's is computed from them."""
 
     def __post_init__(self) -> None:
         self.sessions = Sessions(self.spark, self.writers)
+        if self.upkeep is not None:
+            self.upkeep.moved = self._upkept
+            self.upkeep.reraise = lambda e: _interruption(e) is not None
 
     # -- the foreachBatch entry point ------------------------------------------------------
     def __call__(self, df: DataFrame, batch_id: int) -> None:
@@ -160,6 +168,11 @@ class Sink:
             done = True
             if self.metrics is not None:
                 self.metrics.batch_finished(time.monotonic() - started)
+            if self.upkeep is not None and (raws or changes):
+                written, self._touched = self._touched, set()
+                self.upkeep.after_batch(
+                    written, fence=self._fence, stopping=lambda: self.gate.closed
+                )
         except LeaseLost as e:
             lost = e
         except CdcError as e:  # the query fails with it: ``Job.run`` ends with its code
@@ -221,7 +234,11 @@ class Sink:
             clock,
             replay_possible=replay_possible,
         )
-        meter = Meter.start(self.spark, [*tables, *self._histories(planned), *self._system])
+        written = [*tables, *self._histories(planned), *self._system]
+        if feeds is not None:
+            written.append(self.layout.pending)
+        self._touched.update(written)
+        meter = Meter.start(self.spark, written)
         applied = Applied()
         crash_point("before_first_commit")
         try:
@@ -355,6 +372,14 @@ class Sink:
     @property
     def _system(self) -> tuple[str, ...]:
         return (self.layout.ledger, self.layout.outcomes, self.layout.quarantine)
+
+    def _upkept(self, path: str, before: int, after: int) -> None:
+        """Upkeep moved the table at ``path`` from ``before`` to ``after`` without changing a
+        row: the copies held on the driver at ``before`` hold at ``after``."""
+        if path == self.layout.ledger:
+            self.committed_ids.moved(before, after)
+        else:
+            self.deleted.moved(path, before, after)
 
     def _reader(self, timeline: Timeline) -> Reader:
         return Reader(self.spark, self.layout, self.datasets, self.base_dir, timeline.version)

@@ -359,12 +359,19 @@ class TableSpec:
 
 
 def schema_tables(
-    layout: Layout, dataset: str, schema: SchemaDef, *, deletion_vectors: bool = False
+    layout: Layout,
+    dataset: str,
+    schema: SchemaDef,
+    *,
+    deletion_vectors: bool = False,
+    properties: Mapping[str, str] | None = None,
 ) -> list[TableSpec]:
     """The tables the job writes for ``schema`` (none for views that are not materialized,
     query and external schemas). ``deletion_vectors``: the current table has them on
-    (``tables.deletion_vectors``; the others are append-only)."""
-    vectors = {DELETION_VECTORS_PROPERTY: str(deletion_vectors).lower()}
+    (``tables.deletion_vectors``; the others are append-only). ``properties``: on every table
+    when it is created (upkeep's retention: ``runtime.upkeep``)."""
+    extra = dict(properties or {})
+    vectors = {**extra, DELETION_VECTORS_PROPERTY: str(deletion_vectors).lower()}
     if schema.is_object:
         return [
             TableSpec(
@@ -374,13 +381,16 @@ def schema_tables(
                 {**CURRENT_TABLE_PROPERTIES, **key_properties(schema), **vectors},
             ),
             TableSpec(
-                "tombstones", layout.tombstones(dataset, schema.name), tombstones_schema(schema), {}
+                "tombstones",
+                layout.tombstones(dataset, schema.name),
+                tombstones_schema(schema),
+                extra,
             ),
             TableSpec(
                 "history",
                 layout.history(dataset, schema.name),
                 history_schema(schema),
-                HISTORY_TABLE_PROPERTIES,
+                {**HISTORY_TABLE_PROPERTIES, **extra},
             ),
         ]
     if schema.is_record or schema.materialized:
@@ -522,13 +532,17 @@ def evolve(
     layout: Layout,
     *,
     deletion_vectors: bool = False,
+    properties: Mapping[str, str] | None = None,
 ) -> None:
     """Bring every schema's tables to its definition (and the current tables' deletion vectors
-    to ``deletion_vectors``), or refuse before changing anything."""
+    to ``deletion_vectors``), or refuse before changing anything. ``properties``: on the tables
+    it creates."""
     plans: list[SchemaPlan] = []
     for name, dataset in datasets.items():
         for schema in dataset.schemas.values():
-            tables = schema_tables(layout, name, schema, deletion_vectors=deletion_vectors)
+            tables = schema_tables(
+                layout, name, schema, deletion_vectors=deletion_vectors, properties=properties
+            )
             if not tables:
                 continue
             found = {t.path: f for t in tables if (f := find_table(spark, t.path)) is not None}

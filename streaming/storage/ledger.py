@@ -86,6 +86,12 @@ class HeldIds:
         self.ids.update(ids)
         self.version = after
 
+    def moved(self, before: int, after: int) -> None:
+        """Commits that change no row (upkeep's OPTIMIZE, VACUUM) moved the ledger from
+        ``before`` to ``after``: ids held at ``before`` hold at ``after``."""
+        if self.version == before:
+            self.version = after
+
     def forget(self) -> None:
         self.version, self.ids = None, set()
 

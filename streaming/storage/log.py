@@ -7,6 +7,7 @@ can, which is what keeps a small batch's cost in its writes rather than its book
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
@@ -16,6 +17,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from streaming.core.upkeep import small_files
 from streaming.storage.tables import read_table
 
 
@@ -119,29 +121,70 @@ def recent_commits(spark: SparkSession, path: str, count: int) -> list[tuple[int
     """(version, userMetadata) of the table's latest ``count`` commits, newest first, read
     from the commit files on the driver (no Spark job). Stops early at a commit file that is
     gone (log clean-up removes old ones)."""
+    latest = latest_version(spark, path)
+    versions = range(latest, max(latest - count, -1), -1)
+    return [(v, _string(info, "userMetadata")) for v, info in _commit_infos(spark, path, versions)]
+
+
+def commit_operations(spark: SparkSession, path: str, first: int, last: int) -> list[str | None]:
+    """Delta's operation names (``MERGE``, ``OPTIMIZE``, ...) of the commits ``first`` to
+    ``last``, read on the driver; None for a commit file without one or gone."""
+    found = dict(_commit_infos(spark, path, range(first, last + 1)))
+    return [_string(found.get(v), "operation") for v in range(first, last + 1)]
+
+
+def _commit_infos(
+    spark: SparkSession, path: str, versions: Iterable[int]
+) -> list[tuple[int, dict[str, Any] | None]]:
+    """The ``commitInfo`` action of each version's commit file, in the order asked; stops at a
+    commit file that is gone (log clean-up removes old ones)."""
     jvm = spark._jvm
     assert jvm is not None
     log = _delta_log(spark, path)
-    latest = latest_version(spark, path)
     store, conf = log.store(), log.newDeltaHadoopConf()
-    out: list[tuple[int, str | None]] = []
-    for version in range(latest, max(latest - count, -1), -1):
+    out: list[tuple[int, dict[str, Any] | None]] = []
+    for version in versions:
         file = jvm.org.apache.hadoop.fs.Path(log.logPath(), f"{version:020d}.json")
         try:
             text = str(store.read(file, conf).mkString("\n"))
         except Py4JJavaError:
             break
-        out.append((version, _user_metadata(text)))
+        out.append((version, _commit_info(text)))
     return out
 
 
-def _user_metadata(commit: str) -> str | None:
-    """The ``userMetadata`` of a commit file's ``commitInfo`` action (None: there is none)."""
+def _commit_info(commit: str) -> dict[str, Any] | None:
+    """A commit file's ``commitInfo`` action (None: there is none)."""
     for line in commit.splitlines():
         if '"commitInfo"' not in line:
             continue
         info = json.loads(line).get("commitInfo")
-        if isinstance(info, dict):
-            meta = info.get("userMetadata")
-            return meta if isinstance(meta, str) else None
+        return info if isinstance(info, dict) else None
     return None
+
+
+def _string(info: dict[str, Any] | None, key: str) -> str | None:
+    value = info.get(key) if info is not None else None
+    return value if isinstance(value, str) else None
+
+
+def held_files(spark: SparkSession, path: str, small_bytes: int) -> tuple[int, int, int] | None:
+    """(version, live files, files under ``small_bytes``) of the table's snapshot this process
+    holds (as after its own last commit), from Delta's checksum and its file-size histogram:
+    no Spark job, no log listing. None when Delta has no checksum (or no histogram) for it."""
+    snapshot = _delta_log(spark, path).unsafeVolatileSnapshot()
+    version = int(snapshot.version())
+    checksum = snapshot.checksumOpt()
+    if version < 0 or not checksum.isDefined():
+        return None
+    histogram = checksum.get().fileSizeHistogram()
+    if not histogram.isDefined():
+        return None
+    bins = histogram.get()
+    jvm = spark._jvm
+    assert jvm is not None
+    as_java = jvm.scala.jdk.javaapi.CollectionConverters.asJava
+    boundaries = [int(b) for b in as_java(bins.sortedBinBoundaries())]
+    counts = [int(c) for c in bins.fileCounts()]
+    small = small_files(boundaries, counts, small_bytes)
+    return version, int(checksum.get().numFiles()), small

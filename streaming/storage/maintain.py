@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 from streaming.core.catalog import Dataset
 from streaming.core.layout import CURRENT_FILE_MIB, Layout
 from streaming.storage.commits import session_conf
+from streaming.storage.retry import on_conflict_retry
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,56 @@ def _current_conf(file_mib: int, cluster: bool) -> dict[str, str]:
     return conf
 
 
+def compact(
+    spark: SparkSession,
+    path: str,
+    *,
+    current: bool,
+    cluster: bool = False,
+    current_file_mib: int = CURRENT_FILE_MIB,
+    small_file_mib: int | None = None,
+) -> None:
+    """OPTIMIZE one table: a current table's files written at ``current_file_mib`` (and, with
+    ``cluster``, Z-ordered by ``id``: every file rewritten, each then a narrow id range; without,
+    its deletion vectors purged too); another table's files under ``small_file_mib`` (Delta's
+    default, 1 GB, when None) bin-packed into files of up to 128 MiB. Retried on commit
+    conflicts (the job's own writes, or another writer's)."""
+    table = DeltaTable.forPath(spark, path)
+    if current:
+        with session_conf(spark, _current_conf(current_file_mib, cluster)):
+            if cluster:
+                on_conflict_retry(lambda: table.optimize().executeZOrderBy("id"), what=path)
+            else:
+                on_conflict_retry(lambda: table.optimize().executeCompaction(), what=path)
+                # Files whose rows a MERGE marked in deletion vectors, rewritten without
+                # them (``tables.deletion_vectors``); nothing to do on a table without any.
+                on_conflict_retry(
+                    lambda: spark.sql(f"REORG TABLE delta.`{path}` APPLY (PURGE)"), what=path
+                )
+        return
+    conf = {}
+    if small_file_mib is not None:
+        conf = {
+            "spark.databricks.delta.optimize.minFileSize": str(small_file_mib * 2**20),
+            "spark.databricks.delta.optimize.maxFileSize": str(APPEND_FILE_MIB * 2**20),
+        }
+    with session_conf(spark, conf):
+        on_conflict_retry(lambda: table.optimize().executeCompaction(), what=path)
+
+
+APPEND_FILE_MIB = 128
+"""The largest file upkeep's compaction of an append-only table writes (Delta's auto
+compaction's target)."""
+
+
+def vacuum(spark: SparkSession, path: str, hours: float) -> None:
+    """VACUUM the table, keeping what the versions of the last ``hours`` need. Delta refuses
+    less than 7 days unless told that no reader needs older files: told here, for this call."""
+    check = "spark.databricks.delta.retentionDurationCheck.enabled"
+    with session_conf(spark, {check: "false"} if hours < 168 else {}):
+        DeltaTable.forPath(spark, path).vacuum(hours)
+
+
 def maintain(
     spark: SparkSession,
     paths: Iterator[str] | list[str],
@@ -73,34 +124,23 @@ def maintain(
     cluster: bool = False,
     current_file_mib: int = CURRENT_FILE_MIB,
 ) -> list[Maintained]:
-    """OPTIMIZE and/or VACUUM each table; the live file counts before and after.
-
-    ``current``: the current tables among ``paths``; OPTIMIZE writes their files at
-    ``current_file_mib``, then purges their deletion vectors (``REORG ... APPLY (PURGE)``: the
-    files with rows marked deleted rewritten without them), and with ``cluster`` (which implies
-    OPTIMIZE) Z-orders them by ``id`` (every file rewritten, each then a narrow id range)."""
+    """OPTIMIZE and/or VACUUM each table (``cdc maintain``); the live file counts before and
+    after. ``current``: the current tables among ``paths`` (``compact``); ``cluster`` implies
+    OPTIMIZE."""
     if current_file_mib <= 0:
         raise ValueError(f"current_file_mib must be positive, not {current_file_mib}")
-    if vacuum_hours is not None and vacuum_hours < 168:
-        # Delta refuses retention under 7 days unless told that no reader needs older files.
-        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     done = []
     for path in paths:
-        table = DeltaTable.forPath(spark, path)
         before = file_count(spark, path)
-        keyed = path in current
-        if keyed and (optimize or cluster):
-            with session_conf(spark, _current_conf(current_file_mib, cluster)):
-                if cluster:
-                    table.optimize().executeZOrderBy("id")
-                else:
-                    table.optimize().executeCompaction()
-                    # Files whose rows a MERGE marked in deletion vectors, rewritten without
-                    # them (``tables.deletion_vectors``); nothing to do on a table without any.
-                    spark.sql(f"REORG TABLE delta.`{path}` APPLY (PURGE)")
-        elif optimize or cluster:
-            table.optimize().executeCompaction()
+        if optimize or cluster:
+            compact(
+                spark,
+                path,
+                current=path in current,
+                cluster=cluster,
+                current_file_mib=current_file_mib,
+            )
         if vacuum_hours is not None:
-            table.vacuum(vacuum_hours)
+            vacuum(spark, path, vacuum_hours)
         done.append(Maintained(path, before, file_count(spark, path)))
     return done

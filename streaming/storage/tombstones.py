@@ -76,6 +76,14 @@ class DeletedKeys:
                 _keep_latest(held, row["id"], row["version"], row.get("watermark"))
             self._tables[path] = (after, held)
 
+    def moved(self, path: str, before: int, after: int) -> None:
+        """Commits that change no row (upkeep's OPTIMIZE, VACUUM) moved the table from
+        ``before`` to ``after``: an entry held at ``before`` holds at ``after``."""
+        with self._lock:
+            entry = self._tables.get(path)
+            if entry is not None and entry[0] == before:
+                self._tables[path] = (after, entry[1])
+
     def forget(self, path: str) -> None:
         with self._lock:
             self._tables.pop(path, None)

@@ -140,7 +140,7 @@ def test_the_stop_line_says_what_happened(stop: Stop, line: str) -> None:
     assert stop.clean is (stop.ending is Ending.FINISHED)
 
 
-def test_the_grace_period_is_a_duration_in_seconds_or_minutes(tmp_path: Path) -> None:
+def test_the_grace_period_is_a_duration_with_its_unit(tmp_path: Path) -> None:
     assert ShutdownConfig().grace_seconds == 20
     assert ShutdownConfig(grace_period="0 seconds").grace_seconds == 0
     assert ShutdownConfig(grace_period="1 second").grace_seconds == 1
@@ -150,7 +150,8 @@ def test_the_grace_period_is_a_duration_in_seconds_or_minutes(tmp_path: Path) ->
     assert load_config(config, environ={}).shutdown.grace_seconds == 45
     env = {"CDC_SHUTDOWN__GRACE_PERIOD": "1 minute"}
     assert load_config(config, environ=env).shutdown.grace_seconds == 60
-    for wrong in ("soon", "-5 seconds", "1.5 seconds", "3 hours", "30"):
-        why = "Input should be a valid string" if wrong == "30" else "expected '<number> seconds'"
+    assert ShutdownConfig(grace_period="1 hour").grace_seconds == 3600
+    for wrong in ("soon", "-5 seconds", "1.5 seconds", "3 weeks", "30"):
+        why = "Input should be a valid string" if wrong == "30" else "expected '<number> <unit>'"
         with pytest.raises(ConfigError, match=rf"shutdown\.grace_period: {why}"):
             load_config(config, environ={"CDC_SHUTDOWN__GRACE_PERIOD": wrong})
