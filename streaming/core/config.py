@@ -504,7 +504,7 @@ class UpkeepConfig(_Strict):
         "id (checked when it is compacted and at its first write after the job starts)",
     )
     budget: Duration = Field(
-        "30 seconds",
+        "10 seconds",
         description="After a micro-batch, no new upkeep task starts once this much time went "
         "to upkeep (a task that started runs to its end; the rest waits for the next batch)",
     )

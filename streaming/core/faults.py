@@ -17,6 +17,8 @@ Points, in the order a batch reaches them:
   after_tables          every current table written; history and ledger not yet
   after_ledger          history, ledger and quarantine written; outcomes not yet
   mid_outcomes          the outcomes table written; the outcomes topic not yet
+  mid_upkeep            the batch done and published; an upkeep task after it committed
+                        (reached only when upkeep runs a task: ``runtime.upkeep``)
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ POINTS = (
     "after_tables",
     "after_ledger",
     "mid_outcomes",
+    "mid_upkeep",
 )
 
 log = logging.getLogger(__name__)

@@ -29,6 +29,7 @@ from typing import Literal
 from pyspark.sql import SparkSession
 
 from streaming.core.config import UpkeepConfig
+from streaming.core.faults import crash_point
 from streaming.core.upkeep import Policy, TableFiles, Task, due, overlap_depth
 from streaming.runtime.metrics import Metrics
 from streaming.storage.log import (
@@ -94,7 +95,7 @@ class Upkeep:
     _seen: set[str] = field(default_factory=set, init=False)
     _vacuumed: dict[str, float] = field(default_factory=dict, init=False)
     _unchecked: set[str] = field(default_factory=set, init=False)
-    _retention_unknown: set[str] = field(default_factory=set, init=False)
+    _retention_unset: set[str] = field(default_factory=set, init=False)
 
     @property
     def policy(self) -> Policy:
@@ -122,12 +123,13 @@ class Upkeep:
             if path not in self._seen:
                 self._seen.add(path)
                 self._vacuumed[path] = now
-                self._retention_unknown.add(path)
+                if self._retention_missing(path):
+                    self._retention_unset.add(path)
                 if self.config.cluster and path in self.current:
                     self._unchecked.add(path)
         states = self._states()
         tasks = [
-            *(Task(p, "retention", "first seen") for p in sorted(self._retention_unknown)),
+            *(Task(p, "retention", "not set") for p in sorted(self._retention_unset)),
             *due(
                 states.values(),
                 policy=self.policy,
@@ -145,11 +147,20 @@ class Upkeep:
                 break
             fence()
             done.append(self._run(task, states.get(task.path)))
+            crash_point("mid_upkeep")
         if self.metrics is not None:
             after = self._states() if done else states
             files = {self._name(p): s.files for p, s in after.items()}
             self.metrics.upkeep([(d.task.action, d.result, d.seconds) for d in done], files)
         return done
+
+    def _retention_missing(self, path: str) -> dict[str, str]:
+        """The retention properties the table lacks (or has other values of), read from its
+        log on the driver."""
+        wanted = retention_properties(self.config.retention_seconds)
+        state = table_state(self.spark, path)
+        have = state[1] if state is not None else {}
+        return {k: v for k, v in wanted.items() if have.get(k) != v}
 
     def _states(self) -> dict[str, TableFiles]:
         small = self.config.small_file_mib * 2**20
@@ -207,10 +218,7 @@ class Upkeep:
         """Run one task; a few words on what it did."""
         spark, path = self.spark, task.path
         if task.action == "retention":
-            wanted = retention_properties(self.config.retention_seconds)
-            state = table_state(spark, path)
-            have = state[1] if state is not None else {}
-            missing = {k: v for k, v in wanted.items() if have.get(k) != v}
+            missing = self._retention_missing(path)
             if not missing:
                 return "already set"
             pairs = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())
@@ -238,7 +246,7 @@ class Upkeep:
         if task.action == "vacuum" and changed:
             self._vacuumed[path] = self.wall()
         if task.action == "retention" and changed:
-            self._retention_unknown.discard(path)
+            self._retention_unset.discard(path)
         if task.action in ("order", "check"):
             self._unchecked.discard(path)
         after = latest_version(self.spark, path)

@@ -87,7 +87,7 @@ def test_upkeep_config_defaults_bounds_and_durations(tmp_path: Path) -> None:
     assert (cfg.upkeep.compact_files, cfg.upkeep.small_file_mib) == (50, 16)
     assert cfg.upkeep.retention_seconds == 7 * 86400
     assert cfg.upkeep.vacuum_every_seconds == 86400
-    assert cfg.upkeep.budget_seconds == 30
+    assert cfg.upkeep.budget_seconds == 10
     cfg = parse_config(
         {**base, "upkeep": {"retention": "36 hours", "vacuum_every": "90 minutes"}},
         base=tmp_path,
