@@ -139,8 +139,8 @@ bench: setup
 bench-quick: setup
 	$(PY) -m bench --quick
 
-# Issue 36: `cdc run` for SOAK_BATCHES micro-batches (1 s trigger, ~8 small transactions/s; about
-# an hour for 1,000 here), reported per tenth: batch time, the driver's memory, files per table,
+# Issue 36: `cdc run` for SOAK_BATCHES micro-batches (1 s trigger, ~8 small transactions/s; ~80
+# min for 1,000 here), reported per tenth: batch time, the driver's memory, files per table,
 # the checkpoint; then exactly-once checked. `SOAK_BATCHES=100 make bench-soak` for a short one.
 SOAK_BATCHES ?= 1000
 bench-soak: setup
