@@ -16,7 +16,7 @@ KAFKA_PORT ?= 9092
 
 .PHONY: setup jars jars-s3 jars-connect postgres demo test test-s3 test-property test-unit lint docs
 .PHONY: kafka-start kafka-stop clean
-.PHONY: bench bench-quick
+.PHONY: bench bench-quick bench-soak
 
 setup: $(STAMP) jars
 
@@ -138,3 +138,10 @@ bench: setup
 
 bench-quick: setup
 	$(PY) -m bench --quick
+
+# Issue 36: `cdc run` for SOAK_BATCHES micro-batches (1 s trigger, ~8 small transactions/s; ~80
+# min for 1,000 here), reported per tenth: batch time, the driver's memory, files per table,
+# the checkpoint; then exactly-once checked. `SOAK_BATCHES=100 make bench-soak` for a short one.
+SOAK_BATCHES ?= 1000
+bench-soak: setup
+	$(PY) -m bench --workloads Soak --soak-batches $(SOAK_BATCHES)

@@ -30,6 +30,7 @@ WORKLOADS = (
     "Latency",
     "Events",
     "EventsLatency",
+    "Soak",
 )
 DEFAULT = ("W1", "Batch", "W2", "Scale", "FullLoad", "Cold", "Events")
 
@@ -154,6 +155,20 @@ def main(argv: list[str] | None = None) -> int:
         help="EventsLatency: Postgres transactions committed per second (5)",
     )
     parser.add_argument(
+        "--soak-batches",
+        type=int,
+        help="Soak: micro-batches the job runs under the steady load (1000; at least 10)",
+    )
+    parser.add_argument(
+        "--soak-rate", type=float, help="Soak: transactions published per second (8)"
+    )
+    parser.add_argument(
+        "--soak-no-upkeep",
+        action="store_true",
+        help="Soak: write 'upkeep: {enabled: false}' into the job's config (default: no "
+        "upkeep key, the job's default)",
+    )
+    parser.add_argument(
         "--sweep",
         help="Sweep: comma-separated transactions per micro-batch (default: the size's list)",
     )
@@ -250,6 +265,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.events_latency_rate <= 0:
             parser.error("--events-latency-rate: expected a positive number")
         sizes = replace(sizes, events_latency_rate=args.events_latency_rate)
+    if args.soak_batches is not None:
+        if args.soak_batches < 10:
+            parser.error("--soak-batches: expected at least 10 (reported per tenth)")
+        sizes = replace(sizes, soak_batches=args.soak_batches)
+    if args.soak_rate is not None:
+        if args.soak_rate <= 0:
+            parser.error("--soak-rate: expected a positive number")
+        sizes = replace(sizes, soak_rate=args.soak_rate)
+    if args.soak_no_upkeep:
+        sizes = replace(sizes, soak_upkeep=False)
     run(sizes, chosen, args.output, keep=args.keep)
     return 0
 

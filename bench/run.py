@@ -3,7 +3,8 @@
 order, in random id order, or in random id order then clustered by ``cdc maintain --cluster``),
 FullLoad (one DMS full-load file into an empty table) and Cold (the first
 batch of a fresh process), ours and the baselines side by side on one SparkSession, then a
-table of numbers and ratios.
+table of numbers and ratios. Soak (``bench.soak``) runs last, after that session is stopped:
+``cdc run`` as a process of its own for many micro-batches.
 
 Every contender gets its own copy of the same seeded tables and reads the same data files.
 Machine noise (the machine is shared) moves every contender of a run alike: compare ratios.
@@ -25,7 +26,7 @@ from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 
-from bench import baselines, batch, cold, data, events, kafka
+from bench import baselines, batch, cold, data, events, kafka, soak
 from bench.common import SHUFFLE_PARTITIONS, column_of, rate, say, seed_tables
 from bench.ours import TABLES, OurRun, Workspace, run_job
 from bench.sizes import Sizes
@@ -902,6 +903,8 @@ def render(results: dict[str, Any]) -> str:
         )
     if "EventsLatency" in results:
         lines += events.latency_lines(results["EventsLatency"])
+    if "Soak" in results:
+        lines += soak.render_lines(results["Soak"])
     orders = {
         "Scale": "",
         "ScaleRandom": "rows in random id order, ",
@@ -1001,6 +1004,8 @@ def render(results: dict[str, Any]) -> str:
                 f"  {'Latency p50: ours / plain':<40} {ratio:>8.2f}x  "
                 f"(target <= {LATENCY_VS_PLAIN_TARGET}x)  {verdict}"
             )
+    if "Soak" in results:
+        lines += soak.target_lines(results["Soak"])
     return "\n".join(lines)
 
 
@@ -1073,6 +1078,28 @@ def profile_lines(title: str, run: dict[str, Any]) -> list[str]:
     return out
 
 
+SESSIONLESS = ("Soak",)
+"""Workloads that need no SparkSession in the benchmark's process (Soak runs ``cdc run`` as a
+process of its own): alone, the benchmark starts none (nor its warm-up)."""
+
+
+class _Broker:
+    """The local Kafka broker, started by the first workload that needs it."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.broker: LocalKafkaBroker | None = None
+
+    def get(self) -> LocalKafkaBroker:
+        if self.broker is None:
+            self.broker = kafka.start_broker(self.base)
+        return self.broker
+
+    def stop(self) -> None:
+        if self.broker is not None:
+            self.broker.stop()
+
+
 def run(
     sizes: Sizes, workloads: Sequence[str], output: Path, *, keep: bool = False
 ) -> dict[str, Any]:
@@ -1089,68 +1116,85 @@ def run(
         "code": _code_version(),
     }
     started = time.perf_counter()
-    spark = session()
-    broker: LocalKafkaBroker | None = None
+    spark: SparkSession | None = None
+    brokers = _Broker(base)
     try:
-        warm_up(spark, base)
-        if "W1" in workloads:
-            results["W1"] = w1(spark, sizes, base)
-            shutil.rmtree(base / "w1", ignore_errors=True)
-            shutil.rmtree(base / "w1-tables", ignore_errors=True)
+        if any(w not in SESSIONLESS for w in workloads):
+            spark = session()
+            _session_workloads(spark, sizes, workloads, base, output, results, brokers)
+        if "Soak" in workloads:
+            if spark is not None:  # the machine's memory and cores to the job alone
+                spark.stop()
+                spark = None
+            results["Soak"] = soak.soak(sizes, base, brokers.get())
             _write(output, results)
-        if "Batch" in workloads:
-            results["Batch"] = batch.batch(spark, sizes, base)
-            _write(output, results)
-        if "W1K" in workloads:
-            broker = broker or kafka.start_broker(base)
-            results["W1K"] = w1k(spark, sizes, base, broker, results.get("W1"))
-            _write(output, results)
-        reuse = None
-        if "W2" in workloads:
-            results["W2"], ours = w2(spark, sizes, base)
-            # Scale's runs have W2's four properties: a wide W2's run is not one of them
-            reuse = None if sizes.w2_extra_props else (sizes.w2_table_rows, ours)
-            shutil.rmtree(base / "w2", ignore_errors=True)
-            _write(output, results)
-        if "Scale" in workloads:
-            results["Scale"] = scale(spark, sizes, base, reuse)
-            _write(output, results)
-        if "ScaleRandom" in workloads:
-            results["ScaleRandom"] = scale(spark, sizes, base, None, shuffled=True)
-            _write(output, results)
-        if "ScaleClustered" in workloads:
-            results["ScaleClustered"] = scale(spark, sizes, base, None, clustered=True)
-            _write(output, results)
-        if "FullLoad" in workloads:
-            results["FullLoad"] = full_load(spark, sizes, base)
-            _write(output, results)
-        if "Sweep" in workloads:
-            results["Sweep"] = sweep(spark, sizes, base)
-        if "Cold" in workloads:
-            results["Cold"] = cold.cold(spark, sizes, base)
-            _write(output, results)
-        if "Latency" in workloads:
-            broker = broker or kafka.start_broker(base)
-            results["Latency"] = latency(spark, sizes, base, broker)
-            _write(output, results)
-        if "Events" in workloads:
-            broker = broker or kafka.start_broker(base)
-            results["Events"] = events.events(spark, sizes, base, broker)
-            _write(output, results)
-        if "EventsLatency" in workloads:
-            broker = broker or kafka.start_broker(base)
-            results["EventsLatency"] = events.events_latency(spark, sizes, base, broker)
         results["seconds"] = round(time.perf_counter() - started, 1)
         results["load_average_end"] = round(os.getloadavg()[0], 1)
         _write(output, results)
         print(render(results), flush=True)
         return results
     finally:
-        if broker is not None:
-            broker.stop()
-        spark.stop()
+        brokers.stop()
+        if spark is not None:
+            spark.stop()
         if not keep:
             shutil.rmtree(base, ignore_errors=True)
+
+
+def _session_workloads(
+    spark: SparkSession,
+    sizes: Sizes,
+    workloads: Sequence[str],
+    base: Path,
+    output: Path,
+    results: dict[str, Any],
+    brokers: _Broker,
+) -> None:
+    """The workloads that run on the benchmark's SparkSession, after its warm-up."""
+    warm_up(spark, base)
+    if "W1" in workloads:
+        results["W1"] = w1(spark, sizes, base)
+        shutil.rmtree(base / "w1", ignore_errors=True)
+        shutil.rmtree(base / "w1-tables", ignore_errors=True)
+        _write(output, results)
+    if "Batch" in workloads:
+        results["Batch"] = batch.batch(spark, sizes, base)
+        _write(output, results)
+    if "W1K" in workloads:
+        results["W1K"] = w1k(spark, sizes, base, brokers.get(), results.get("W1"))
+        _write(output, results)
+    reuse = None
+    if "W2" in workloads:
+        results["W2"], ours = w2(spark, sizes, base)
+        # Scale's runs have W2's four properties: a wide W2's run is not one of them
+        reuse = None if sizes.w2_extra_props else (sizes.w2_table_rows, ours)
+        shutil.rmtree(base / "w2", ignore_errors=True)
+        _write(output, results)
+    if "Scale" in workloads:
+        results["Scale"] = scale(spark, sizes, base, reuse)
+        _write(output, results)
+    if "ScaleRandom" in workloads:
+        results["ScaleRandom"] = scale(spark, sizes, base, None, shuffled=True)
+        _write(output, results)
+    if "ScaleClustered" in workloads:
+        results["ScaleClustered"] = scale(spark, sizes, base, None, clustered=True)
+        _write(output, results)
+    if "FullLoad" in workloads:
+        results["FullLoad"] = full_load(spark, sizes, base)
+        _write(output, results)
+    if "Sweep" in workloads:
+        results["Sweep"] = sweep(spark, sizes, base)
+    if "Cold" in workloads:
+        results["Cold"] = cold.cold(spark, sizes, base)
+        _write(output, results)
+    if "Latency" in workloads:
+        results["Latency"] = latency(spark, sizes, base, brokers.get())
+        _write(output, results)
+    if "Events" in workloads:
+        results["Events"] = events.events(spark, sizes, base, brokers.get())
+        _write(output, results)
+    if "EventsLatency" in workloads:
+        results["EventsLatency"] = events.events_latency(spark, sizes, base, brokers.get())
 
 
 def _code_version() -> str:

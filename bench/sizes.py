@@ -89,6 +89,16 @@ class Sizes:
     """EventsLatency: Postgres transactions committed at ``events_latency_rate`` per second."""
     events_latency_rate: float = 5.0
     """EventsLatency: transactions committed per second (steady)."""
+    soak_batches: int = 1000
+    """Soak (issue 36): micro-batches the job runs under the steady load before it drains and
+    is stopped (reported per tenth of them)."""
+    soak_rate: float = 8.0
+    """Soak: transactions (1-5 rows) published per second."""
+    soak_keys: int = 5000
+    """Soak: keys of its one object table."""
+    soak_upkeep: bool = True
+    """Soak: False writes ``upkeep: {enabled: false}`` into the job's config
+    (``--soak-no-upkeep``); True leaves the key out (the job's default)."""
     w2_extra_props: int = 0
     """W2 (and its warm-up) only: properties added to W2's four (owner, balance, status, ts),
     ``p01``, ``p02``, ... string and integer in turn, in the dataset, the seeded table, the DMS
