@@ -100,6 +100,10 @@ BATCH_TIME_BOUND = 1.1
 """Target: the last decile's median batch time <= this x the second decile's."""
 MEMORY_BAND = 0.10
 """Target: the driver's RSS (Python, JVM) in deciles 2..10 within this share of decile 2's."""
+DRIVER_MEMORY = "2g"
+"""The job's ``spark.driver.memory``, as a deployment sets it: the JVM's heap grows up to it and
+its RSS then levels off (left unset, the heap may grow to a quarter of the machine's memory,
+which on a long run looks like growth whether or not anything leaks)."""
 START_SECONDS = 600.0
 """How long the job may take to start and run its first batch (the seed)."""
 DRAIN_SECONDS = 600.0
@@ -250,11 +254,17 @@ def parse_progress_line(line: str) -> tuple[int, float] | None:
     return (int(m.group(1)), int(m.group(2)) / 1000) if m else None
 
 
-def is_upkeep_line(line: str) -> bool:
-    """A line of in-job upkeep having run: it names upkeep and OPTIMIZE or VACUUM (loosely:
-    any case; the upkeep's log format is not settled)."""
-    low = line.lower()
-    return "upkeep" in low and ("optimize" in low or "vacuum" in low)
+_UPKEEP = re.compile(r"upkeep: (\w+) of \S+ .*?(?:, |failed after )(\d+(?:\.\d+)?)s\b")
+
+
+def parse_upkeep_line(line: str) -> tuple[str, float] | None:
+    """(action, seconds) of an upkeep task's line (``streaming.runtime.upkeep``): ``upkeep:
+    compact of _system/outcomes (50 small files of 50): files 50 → 1, 1.23s``, or ``upkeep:
+    vacuum of … failed after 2.00s (…)``."""
+    if "streaming.runtime.upkeep" not in line:
+        return None
+    m = _UPKEEP.search(line)
+    return (m.group(1), float(m.group(2))) if m else None
 
 
 def warning_of(line: str) -> str | None:
@@ -320,13 +330,16 @@ def decile_rows(
     spark_seconds: Mapping[int, float],
     samples: Sequence[Sample],
     n: int,
+    upkeep: Sequence[tuple[int, str, float]] = (),
 ) -> list[dict[str, Any]]:
     """Per decile of the first ``n`` batches: their ids, median transactions, the sink's
-    seconds (median, p90), Spark's seconds (median), and the median RSS of the samples taken
-    while a batch of the decile ran (a sample after ``done`` batches: batch index ``done``)."""
+    seconds (median, p90), Spark's seconds (median), the median RSS of the samples taken
+    while a batch of the decile ran (a sample after ``done`` batches: batch index ``done``),
+    and the upkeep tasks that followed its batches (``JobLog.upkeep_runs``) and their seconds."""
     rows = []
     for d, (start, end) in enumerate(decile_bounds(n)):
         part = batches[start:end]
+        tasks = [seconds for index, _, seconds in upkeep if start <= index < end]
         mine = [s for s in samples if decile_of(s.done, n) == d]
         seconds = [b.seconds for b in part]
         spark = [spark_seconds[b.batch_id] for b in part if b.batch_id in spark_seconds]
@@ -343,6 +356,8 @@ def decile_rows(
                 "python_rss_mb": _round(median([s.python_mb for s in mine if s.python_mb]), 1),
                 "jvm_rss_mb": _round(median([s.jvm_mb for s in mine if s.jvm_mb]), 1),
                 "samples": len(mine),
+                "upkeep_tasks": len(tasks),
+                "upkeep_seconds": round(sum(tasks), 2),
             }
         )
     return rows
@@ -613,6 +628,8 @@ class JobLog:
         self.batches: list[BatchLine] = []
         self.spark_seconds: dict[int, float] = {}
         self.upkeep: list[str] = []
+        self.upkeep_runs: list[tuple[int, str, float]] = []
+        """(index of the batch it followed, action, seconds) of each upkeep task."""
         self.warnings: Counter[str] = Counter()
         """Warning and error lines by kind (``warning_kind``)."""
         self.warning_examples: dict[str, str] = {}
@@ -662,8 +679,10 @@ class JobLog:
         if progress is not None:
             self.spark_seconds[progress[0]] = progress[1]
             return
-        if is_upkeep_line(line):
+        upkeep = parse_upkeep_line(line)
+        if upkeep is not None:
             self.upkeep.append(line.strip()[:300])
+            self.upkeep_runs.append((len(self.batches) - 1, *upkeep))
         if "stopping on" in line:
             self.stopping.append(line.strip()[:300])
         warning = warning_of(line)
@@ -746,7 +765,10 @@ def soak(sizes: Sizes, base: Path, broker: LocalKafkaBroker) -> dict[str, Any]:
         "landing": {"transactions": "./landing/transactions"},
         "kafka": {"bootstrap": broker.bootstrap, **topics},
         "trigger": {"interval": TRIGGER},
-        "spark": {"shuffle_partitions": SHUFFLE_PARTITIONS},
+        "spark": {
+            "shuffle_partitions": SHUFFLE_PARTITIONS,
+            "conf": {"spark.driver.memory": DRIVER_MEMORY},
+        },
         "metrics": {"enabled": True, "host": "127.0.0.1", "port": port},
         **({"tables": dict(TABLES)} if TABLES else {}),
         **({} if sizes.soak_upkeep else {"upkeep": {"enabled": False}}),
@@ -842,7 +864,7 @@ def soak(sizes: Sizes, base: Path, broker: LocalKafkaBroker) -> dict[str, Any]:
         str(current["id"][i]): {p: current[p][i] for p in PROPS} for i in range(len(current["id"]))
     }
     state = state_diff(stream.expected, actual)
-    deciles = decile_rows(log.batches[:n], log.spark_seconds, monitor.samples, n)
+    deciles = decile_rows(log.batches[:n], log.spark_seconds, monitor.samples, n, log.upkeep_runs)
     by_label = {s["label"]: s for s in monitor.snapshots}
     for row in deciles:
         row["storage"] = by_label.get(f"decile {row['decile']}")
@@ -1025,7 +1047,8 @@ def render_lines(r: Mapping[str, Any]) -> list[str]:
         "batch duration; RSS: median of the samples taken during the decile "
         f"(every {r['sample_seconds']:g}s)",
         f"{'Soak':<8} {'decile':>6} {'batches':>11} {'tx/batch':>8} {'sink s p50':>10} "
-        f"{'p90':>6} {'spark s p50':>11} {'Python MB':>9} {'JVM MB':>8}",
+        f"{'p90':>6} {'spark s p50':>11} {'Python MB':>9} {'JVM MB':>8} "
+        f"{'upkeep tasks':>12} {'upkeep s':>8}",
     ]
     for d in r["deciles"]:
         ids = f"{d['first_batch']}-{d['last_batch']}" if d["batches"] else "-"
@@ -1033,7 +1056,8 @@ def render_lines(r: Mapping[str, Any]) -> list[str]:
             f"{'Soak':<8} {d['decile']:>6} {ids:>11} {_fmt(d['transactions'], '.0f'):>8} "
             f"{_fmt(d['seconds_p50']):>10} {_fmt(d['seconds_p90']):>6} "
             f"{_fmt(d['spark_seconds_p50']):>11} {_fmt(d['python_rss_mb'], '.0f'):>9} "
-            f"{_fmt(d['jvm_rss_mb'], '.0f'):>8}"
+            f"{_fmt(d['jvm_rss_mb'], '.0f'):>8} {d.get('upkeep_tasks', 0):>12} "
+            f"{_fmt(d.get('upkeep_seconds'), '.1f'):>8}"
         )
     snaps = [("start", r.get("start"))]
     snaps += [(str(d["decile"]), d.get("storage")) for d in r["deciles"]]
@@ -1072,7 +1096,7 @@ def render_lines(r: Mapping[str, Any]) -> list[str]:
     up = r["upkeep"]
     metric = up["metric"]
     lines.append(
-        f"Soak     upkeep: {up['log_lines']} log lines naming OPTIMIZE/VACUUM, "
+        f"Soak     upkeep: {up['log_lines']} tasks in the job's log, "
         f"cdc_upkeep_runs_total {'not served' if metric is None else f'{metric:g}'}"
     )
     warn = r["warnings"]

@@ -93,11 +93,19 @@ def test_other_lines_are_no_batch_lines() -> None:
     assert soak.parse_progress_line(SINK_LINE) is None
 
 
-def test_upkeep_lines_are_found_loosely() -> None:
-    assert soak.is_upkeep_line("INFO streaming.runtime.upkeep: OPTIMIZE shop/Item: 40 -> 1 files")
-    assert soak.is_upkeep_line("INFO x: Upkeep ran vacuum on _system/outcomes")
-    assert not soak.is_upkeep_line("INFO streaming.runtime.upkeep: next run in 600 s")
-    assert not soak.is_upkeep_line("INFO cdc maintain: OPTIMIZE shop/Item")
+def test_upkeep_lines_give_the_action_and_its_seconds() -> None:
+    done = (
+        "2026-11-26 16:50:01,123 INFO streaming.runtime.upkeep: upkeep: compact of "
+        "_system/outcomes (50 small files of 50): files 51 → 2, 1.23s"
+    )
+    assert soak.parse_upkeep_line(done) == ("compact", 1.23)
+    failed = (
+        "2026-11-26 16:50:01,123 WARNING streaming.runtime.upkeep: upkeep: vacuum of "
+        "shop/Item failed after 2.50s (Py4JJavaError: x); tried again after a later batch"
+    )
+    assert soak.parse_upkeep_line(failed) == ("vacuum", 2.5)
+    assert soak.parse_upkeep_line("INFO streaming.runtime.sink: batch 3: upkeep: 1.0s") is None
+    assert soak.parse_upkeep_line("INFO cdc maintain: OPTIMIZE shop/Item") is None
 
 
 def test_warnings_read_alike_without_their_time() -> None:
