@@ -21,6 +21,10 @@ from streaming.storage.tables import read_table
 TABLES: dict[str, Any] = {}
 """The ``tables`` section of every workspace's config (``bench.run.run`` sets it from the
 sizes: ``--deletion-vectors``)."""
+UPKEEP: dict[str, Any] = {"enabled": False}
+"""The ``upkeep`` section of a workspace's config unless its workload sets one: the workloads
+compare a batch's cost with plain Spark's, which does no upkeep; the job's upkeep is measured
+by Soak and ScaleRandom (and reported apart: ``OurRun.upkeep_seconds``)."""
 
 
 @dataclass
@@ -50,6 +54,7 @@ class Workspace:
             "datasets": {self.dataset: f"{self.dataset}.yaml"},
             "allowed_locations": ["./data"],
             "tables": dict(TABLES),
+            "upkeep": dict(UPKEEP),
             **overrides,
         }
         return parse_config(data, base=self.root, environ={})
@@ -69,10 +74,19 @@ class OurRun:
     files: dict[str, dict[str, float]]
     """Each Delta table of the warehouse after the run (path relative to it): live data files
     and their sizes, read with delta-rs."""
+    upkeep_seconds: float = 0.0
+    """Of ``seconds``: the job's upkeep after its batches (``upkeep:``; off unless the workload
+    turns it on)."""
+
+    @property
+    def batch_seconds(self) -> float:
+        """``seconds`` without the upkeep after the batches."""
+        return self.seconds - self.upkeep_seconds
 
     def as_json(self) -> dict[str, Any]:
         return {
             "seconds": round(self.seconds, 3),
+            "upkeep_seconds": round(self.upkeep_seconds, 3),
             "statuses": self.statuses,
             "counts": self.counts,
             "batches": [
@@ -106,9 +120,15 @@ def run_job(spark: SparkSession, job: Job, *, count_jobs: bool = True) -> OurRun
     """Run ``job`` once over everything present (files dropped before: first request in is the
     start), profiled; then read its outcomes (not timed)."""
     with Profiler(spark, count_jobs=count_jobs) as profiler:
+        before = {id(entry) for entry in job.sink.history}
         started = time.perf_counter()
         job.run(once=True)
         seconds = time.perf_counter() - started
+    upkeep = sum(
+        float(str(entry.get("upkeepSeconds", 0.0)))
+        for entry in job.sink.history
+        if id(entry) not in before
+    )
     outcomes = read_table(spark, job.layout.outcomes)
     statuses = {r["status"]: int(r["count"]) for r in outcomes.groupBy("status").count().collect()}
     counts: Counter[str] = Counter()
@@ -125,4 +145,5 @@ def run_job(spark: SparkSession, job: Job, *, count_jobs: bool = True) -> OurRun
         profiler.batches(),
         profiler.report(),
         table_files(job.layout.warehouse),
+        upkeep,
     )

@@ -29,9 +29,10 @@ Both paths name in the stored-row read and the MERGE condition either the keys t
 to ``KEY_PUSHDOWN_MAX``) or the id spans of the current table that can hold them
 (``core.spans``), so that Delta skips the files no key of the batch can be in.
 
-The tombstones table is append-only: one row per delete (or per moved watermark, see
+The sink only appends to the tombstones table: one row per delete (or per moved watermark, see
 ``core.fold``), and a key's tombstone is its row with the largest version, then the largest
-watermark (a key live again is in the current table, which wins).
+watermark (a key live again is in the current table, which wins); the job's upkeep drops the
+rows that decide nothing (``storage.tombstones.prune``).
 """
 
 from __future__ import annotations

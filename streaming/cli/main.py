@@ -200,12 +200,21 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from streaming.cli.status import collect_status, format_status
+    from streaming.runtime.job import load_datasets
     from streaming.runtime.session import build_session
+    from streaming.storage.maintain import all_tables
 
     cfg = _config(args)
     spark = build_session(cfg.spark, verbose=args.verbose)
     layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
-    status = collect_status(spark, layout, batches=args.batches)
+    tables = [*all_tables(layout, load_datasets(cfg)), layout.pending]
+    status = collect_status(
+        spark,
+        layout,
+        batches=args.batches,
+        tables=tables,
+        small_file_mib=cfg.upkeep.small_file_mib,
+    )
     print(json.dumps(status, indent=2) if args.json else format_status(status))
     return 0
 

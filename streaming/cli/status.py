@@ -3,13 +3,17 @@
 - the last micro-batches: batch id, commit time (from the outcomes table's commit metadata),
   transactions and their statuses;
 - every outcome counted by status;
-- the ledger: committed transactions, and per table the latest version a batch committed.
+- the ledger: committed transactions, and per table the latest version a batch committed;
+- upkeep (``runtime.upkeep``): per table the job writes, its live and small files (Delta's
+  checksum) and when it was last compacted (OPTIMIZE) and VACUUMed (within its last
+  ``UPKEEP_WINDOW`` commits).
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from delta.tables import DeltaTable
@@ -19,9 +23,12 @@ from pyspark.sql import functions as F
 from streaming.cli.display import format_table
 from streaming.core.layout import Layout
 from streaming.core.outcomes import Status
+from streaming.storage.log import held_files, last_operations, table_state
 from streaming.storage.tables import read_table
 
 STATUSES = [s.value for s in Status]
+UPKEEP_WINDOW = 500
+"""The commits ``cdc status`` reads back per table for its last OPTIMIZE and VACUUM."""
 
 
 def _batch_times(spark: SparkSession, path: str, query: str) -> dict[int, datetime]:
@@ -51,8 +58,45 @@ def _ours(committer: object, query: str) -> bool:
     return isinstance(committer, str) and (committer == query or committer.startswith(f"{query}@"))
 
 
-def collect_status(spark: SparkSession, layout: Layout, batches: int = 10) -> dict[str, Any]:
-    """The status as a JSON-ready dict (``cdc status --json`` prints it)."""
+def table_upkeep(
+    spark: SparkSession, layout: Layout, paths: Iterable[str], small_file_mib: int
+) -> list[dict[str, Any]]:
+    """Per table among ``paths`` that exists: live files, small files, and the version and time
+    of its last OPTIMIZE and VACUUM (None: not within its last ``UPKEEP_WINDOW`` commits)."""
+    root = layout.warehouse.rstrip("/") + "/"
+    rows = []
+    for path in paths:
+        if table_state(spark, path) is None:
+            continue
+        held = held_files(spark, path, small_file_mib * 2**20)
+        last = last_operations(spark, path, ("OPTIMIZE", "VACUUM END"), UPKEEP_WINDOW)
+
+        def when(name: str, last: dict[str, tuple[int, int]] = last) -> str | None:
+            if name not in last:
+                return None
+            return datetime.fromtimestamp(last[name][1] / 1000, UTC).isoformat(timespec="seconds")
+
+        rows.append(
+            {
+                "table": path[len(root) :] if path.startswith(root) else path,
+                "files": held[1] if held else None,
+                "smallFiles": held[2] if held else None,
+                "lastOptimize": when("OPTIMIZE"),
+                "lastVacuum": when("VACUUM END"),
+            }
+        )
+    return rows
+
+
+def collect_status(
+    spark: SparkSession,
+    layout: Layout,
+    batches: int = 10,
+    tables: Iterable[str] = (),
+    small_file_mib: int = 16,
+) -> dict[str, Any]:
+    """The status as a JSON-ready dict (``cdc status --json`` prints it); ``tables``: the
+    tables the job writes, for their upkeep."""
     outcomes = read_table(spark, layout.outcomes)
     by_status = {s: 0 for s in STATUSES}
     for row in outcomes.groupBy("status").count().collect():
@@ -96,7 +140,7 @@ def collect_status(spark: SparkSession, layout: Layout, batches: int = 10) -> di
         .orderBy("dataset", "table")
         .collect()
     )
-    tables = [
+    versions_by_table = [
         {
             "dataset": r["dataset"],
             "table": r["table"],
@@ -110,7 +154,8 @@ def collect_status(spark: SparkSession, layout: Layout, batches: int = 10) -> di
         "outcomes": by_status,
         "batches": recent,
         "transactions": ledger.count(),
-        "tables": tables,
+        "tables": versions_by_table,
+        "upkeep": table_upkeep(spark, layout, tables, small_file_mib),
     }
 
 
@@ -124,6 +169,10 @@ def format_status(status: dict[str, Any]) -> str:
         [t["dataset"], t["table"], t["version"], t["batchId"], t["committedAt"]]
         for t in status["tables"]
     ]
+    upkeep = [
+        [u["table"], u["files"], u["smallFiles"], u["lastOptimize"], u["lastVacuum"]]
+        for u in status.get("upkeep", [])
+    ]
     return "\n\n".join(
         [
             "outcomes by status\n"
@@ -131,5 +180,8 @@ def format_status(status: dict[str, Any]) -> str:
             "last batches\n" + format_table(["batch", "at", "transactions", *STATUSES], batches),
             f"ledger: {status['transactions']} committed transaction(s); latest table versions\n"
             + format_table(["dataset", "table", "version", "batch", "committed at"], tables),
+            "upkeep: live files, small files, last compaction and VACUUM (blank: not in the "
+            f"last {UPKEEP_WINDOW} commits)\n"
+            + format_table(["table", "files", "small", "last OPTIMIZE", "last VACUUM"], upkeep),
         ]
     )

@@ -245,6 +245,11 @@ class Job:
                 upkeep,
                 current=current_tables(layout, datasets),
                 current_file_mib=CURRENT_FILE_MIB,
+                tombstones={
+                    layout.tombstones(name, schema.name): layout.table(name, schema.name)
+                    for name, dataset in datasets.items()
+                    for schema in dataset.object_schemas()
+                },
                 root=layout.warehouse,
                 metrics=metrics,
             )

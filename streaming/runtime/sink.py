@@ -170,9 +170,12 @@ class Sink:
                 self.metrics.batch_finished(time.monotonic() - started)
             if self.upkeep is not None and (raws or changes):
                 written, self._touched = self._touched, set()
-                self.upkeep.after_batch(
+                upkept = self.upkeep.after_batch(
                     written, fence=self._fence, stopping=lambda: self.gate.closed
                 )
+                if upkept and self.history and self.history[-1].get("batchId") == batch_id:
+                    seconds = sum(task.seconds for task in upkept)
+                    self.history[-1]["upkeepSeconds"] = round(seconds, 3)
         except LeaseLost as e:
             lost = e
         except CdcError as e:  # the query fails with it: ``Job.run`` ends with its code

@@ -11,6 +11,9 @@ them. Tasks run one at a time, most pressing first, until the batch's upkeep ``b
 spent; each commit is retried on a conflict (``storage.retry``); a failed task is logged and
 counted, never fails the batch (its commits are made) — the next batch tries again.
 
+A tombstones table is pruned when it is compacted: rows of keys live again and rows below a
+key's latest version go (``storage.tombstones.prune``: what the job reads of it is unchanged).
+
 Upkeep commits carry no ``userMetadata`` of the job (the session conf that stamps the batch's
 own commits is set only around them: ``storage.commits.idempotent``), so a replayed batch never
 takes one for its own. OPTIMIZE and VACUUM change no rows; the copies of tables the sink holds
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -40,6 +43,7 @@ from streaming.storage.log import (
     table_state,
 )
 from streaming.storage.maintain import compact, vacuum
+from streaming.storage.tombstones import prune
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +85,8 @@ class Upkeep:
     current: Collection[str]
     """The current tables (MERGEd by id): clustered, written at ``current_file_mib``."""
     current_file_mib: int
+    tombstones: Mapping[str, str] = field(default_factory=dict)
+    """Tombstones table → its current table: pruned when compacted (``tombstones.prune``)."""
     root: str = ""
     """The warehouse: table names in logs and metrics are relative to it."""
     metrics: Metrics | None = None
@@ -228,6 +234,10 @@ class Upkeep:
             vacuum(spark, path, self.config.retention_hours)
             return f"retaining {self.config.retention}"
         if task.action == "compact":
+            if path in self.tombstones:
+                before, after = prune(spark, path, self.tombstones[path])
+                if after < before:  # rewritten whole, in few files: nothing left to compact
+                    return f"{before - after} superseded of {before} tombstones dropped"
             compact(spark, path, current=False, small_file_mib=self.config.small_file_mib)
             return ""
         # order, check: a current table clustered when its files' id ranges overlap

@@ -188,3 +188,20 @@ def held_files(spark: SparkSession, path: str, small_bytes: int) -> tuple[int, i
     counts = [int(c) for c in bins.fileCounts()]
     small = small_files(boundaries, counts, small_bytes)
     return version, int(checksum.get().numFiles()), small
+
+
+def last_operations(
+    spark: SparkSession, path: str, names: Iterable[str], window: int
+) -> dict[str, tuple[int, int]]:
+    """Operation name → (version, commit timestamp in ms) of the latest commit of each of
+    ``names`` among the table's last ``window`` commits, read on the driver (no Spark job)."""
+    wanted = set(names)
+    latest = latest_version(spark, path)
+    found: dict[str, tuple[int, int]] = {}
+    for version, info in _commit_infos(spark, path, range(latest, max(latest - window, -1), -1)):
+        operation = _string(info, "operation")
+        if operation in wanted and operation not in found and info is not None:
+            found[operation] = (version, int(info.get("timestamp") or 0))
+            if len(found) == len(wanted):
+                break
+    return found

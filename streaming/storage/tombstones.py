@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from streaming.core.fold import watermark_key
-from streaming.storage.log import known_size
+from streaming.storage.log import known_size, latest_version
 from streaming.storage.tables import read_table
 
 Tombstone = tuple[int, dict[str, Any] | None]
@@ -118,3 +118,34 @@ def _read(spark: SparkSession, path: str, version: int, watermark: bool) -> dict
         mark = row["watermark"] if watermark else None
         _keep_latest(held, row["id"], row["version"], mark.asDict(recursive=True) if mark else None)
     return held
+
+
+def prune(spark: SparkSession, path: str, current: str) -> tuple[int, int]:
+    """Drop the tombstones no reader needs (the job's upkeep, before it compacts the table): a
+    key's rows below its largest version (its tombstone is a row of the largest), and every row
+    of a key that is live again (the current table at ``current`` wins). Rows at a key's largest
+    version all stay (the largest watermark among them is its tombstone's). The rows left are
+    written back in one overwrite, in one file up to ``PRUNED_FILE_BYTES`` — a commit that
+    changes rows: the held copy of the table is read again. (rows before, rows after); no commit
+    when nothing is dropped."""
+    table = read_table(spark, path)
+    latest = table.groupBy("id").agg(F.max("version").alias("__latest"))
+    live = read_table(spark, current).select("id")
+    kept = (
+        table.join(latest, "id")
+        .where(F.col("version") == F.col("__latest"))
+        .join(live, "id", "left_anti")
+        .select(*table.columns)
+    )
+    before, after = table.count(), kept.count()
+    if after == before:
+        return before, after
+    size = known_size(spark, path, latest_version(spark, path))
+    if size is not None and size <= PRUNED_FILE_BYTES:
+        kept = kept.coalesce(1)
+    kept.write.format("delta").mode("overwrite").save(path)
+    return before, after
+
+
+PRUNED_FILE_BYTES = 128 * 2**20
+"""A pruned tombstones table up to this size is written as one file."""

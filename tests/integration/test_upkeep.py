@@ -114,6 +114,55 @@ def test_the_job_compacts_each_table_as_its_small_files_gather_and_applies_every
     assert job.sink.committed_ids.version == ledger_version
 
 
+def test_compacting_a_tombstones_table_drops_the_rows_no_reader_needs(
+    spark: SparkSession, ws: Workspace
+) -> None:
+    """Rex is deleted, re-inserted and deleted again (two tombstones: the first superseded);
+    Fido is deleted and re-inserted (live again: his tombstone superseded by his row)."""
+    ws.dataset("petstore", DOG)
+    steps = [
+        ("upsert", {"id": "rex", "name": "Rex"}),
+        ("upsert", {"id": "fido", "name": "Fido"}),
+        ("delete", {"id": "rex"}),
+        ("delete", {"id": "fido"}),
+        ("upsert", {"id": "rex", "name": "Rex II"}),
+        ("upsert", {"id": "fido", "name": "Fido II"}),
+        ("delete", {"id": "rex"}),
+    ]
+    for n, (kind, row) in enumerate(steps):
+        tid = f"tx-{n:02d}"
+        ws.data(f"{tid}/petstore/Dog/part.json", row)
+        action = (
+            upsert(f"./data/{tid}")
+            if kind == "upsert"
+            else {"operation": "DELETE", "locationUri": f"./data/{tid}", "format": "JSON"}
+        )
+        ws.requests(request(tid, action))
+    landing = {"transactions": "./landing/transactions", "max_files_per_trigger": 1}
+    upkeep = {"compact_files": 3, "budget": "10 minutes"}
+    Job.create(spark, ws.config(landing=landing, upkeep=upkeep)).run(once=True)
+
+    tombstones = table(ws, "tombstones")
+    # the third tombstone appended made the table due: pruned to rex's latest, written whole
+    assert "WRITE" in [c["operation"] for c in tombstones.history(limit=1)]
+    rows = tombstones.to_pyarrow_table(columns=["id", "version"]).to_pylist()
+    assert rows == [{"id": "rex", "version": 4}]
+    assert live_rows(ws) == {"fido": "Fido II"}
+
+    # What the job reads of the table is unchanged: rex comes back at version 5, after the
+    # tombstone kept; fido (version 3 when live again) is updated from his live row.
+    ws.data(
+        "back/petstore/Dog/part.json", {"id": "rex", "name": "Rex III"}, {"id": "fido", "name": "F"}
+    )
+    ws.requests(request("back", upsert("./data/back")))
+    Job.create(spark, ws.config(landing=landing, upkeep=upkeep)).run(once=True)
+    current = table(ws, "current").to_pyarrow_table(columns=["id", "version", "name"]).to_pylist()
+    assert sorted((r["id"], r["version"], r["name"]) for r in current) == [
+        ("fido", 4, "F"),
+        ("rex", 5, "Rex III"),
+    ]
+
+
 def _id_ranges(path: str) -> list[tuple[str, str]]:
     found = deltalake.DeltaTable(path)
     files = found.get_add_actions(flatten=True).column("path").to_pylist()
