@@ -102,14 +102,15 @@ def due(
 ) -> list[Task]:
     """The upkeep tasks due, most pressing first: compactions (most small files first), then
     the order checks of current tables not looked at since the job started (``unchecked``: a
-    table loaded in random id order is clustered before its MERGEs pay for it), then VACUUMs
+    table loaded in random id order is clustered before its MERGEs pay for it; one with fewer
+    files than ``order_depth`` waits until it has that many), then VACUUMs
     (longest unvacuumed first; ``vacuumed``: path → when it last ran, or when the job first saw
     the table)."""
     compact: list[tuple[int, Task]] = []
     vacuum: list[tuple[float, Task]] = []
-    seen: set[str] = set()
+    files: dict[str, int] = {}
     for table in tables:
-        seen.add(table.path)
+        files[table.path] = table.files
         if table.small >= policy.compact_files:
             action: Action = "order" if table.current else "compact"
             reason = f"{table.small} small files of {table.files}"
@@ -121,7 +122,7 @@ def due(
     checks = [
         Task(path, "check", "first write since the job started")
         for path in sorted(set(unchecked) - compacted)
-        if path in seen
+        if files.get(path, 0) >= policy.order_depth  # fewer files cannot overlap that deep
     ]
     return [
         *(task for _, task in sorted(compact, key=lambda c: -c[0])),

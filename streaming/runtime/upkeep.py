@@ -188,7 +188,7 @@ class Upkeep:
         before = latest_version(self.spark, path)
         detail = ""
         try:
-            detail = self._do(task)
+            detail = self._do(task, state)
         except Exception as e:
             if self.reraise(e):
                 raise
@@ -220,7 +220,7 @@ class Upkeep:
         )
         return Done(task, "done", seconds, files_before, files_after, detail)
 
-    def _do(self, task: Task) -> str:
+    def _do(self, task: Task, state: TableFiles | None) -> str:
         """Run one task; a few words on what it did."""
         spark, path = self.spark, task.path
         if task.action == "retention":
@@ -240,9 +240,11 @@ class Upkeep:
                     return f"{before - after} superseded of {before} tombstones dropped"
             compact(spark, path, current=False, small_file_mib=self.config.small_file_mib)
             return ""
-        # order, check: a current table clustered when its files' id ranges overlap
+        # order, check: a current table clustered when its files' id ranges overlap (a table of
+        # fewer files than order_depth cannot: no Spark job to read the ranges then)
         version = latest_version(spark, path)
-        ranges = id_ranges(spark, path, version)
+        few = state is not None and state.files < self.config.order_depth
+        ranges = None if few else id_ranges(spark, path, version)
         depth = overlap_depth(ranges) if ranges else 1
         cluster = self.config.cluster and depth >= self.config.order_depth
         if not cluster and task.action == "check":

@@ -63,8 +63,13 @@ def test_due_compacts_tables_past_the_threshold_most_small_files_first() -> None
 
 
 def test_due_checks_the_order_of_current_tables_first_written_since_the_start() -> None:
-    tables = [table("dog", 1, current=True), table("cat", 4, current=True)]
-    tasks = due(tables, policy=POLICY, now=0, vacuumed={}, unchecked={"dog", "cat", "gone"})
+    tables = [
+        table("dog", 1, current=True, files=4),
+        table("cat", 4, current=True),
+        table("pup", 0, current=True, files=3),  # fewer files than order_depth: no check yet
+    ]
+    unchecked = {"dog", "cat", "pup", "gone"}
+    tasks = due(tables, policy=POLICY, now=0, vacuumed={}, unchecked=unchecked)
     # cat is compacted (its compaction looks at the order); a table not among those seen: none
     assert tasks == [
         Task("cat", "order", "4 small files of 4"),
