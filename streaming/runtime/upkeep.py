@@ -55,6 +55,16 @@ UPKEEP_OPERATIONS = frozenset(
 """Delta's names of the operations upkeep commits: none changes a row."""
 
 
+RETRY_AFTER = 600
+"""Seconds before a task that failed on a table is tried again (a lasting failure — a
+permission, a corrupt file — logs a line every ten minutes, not every batch)."""
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error)
+    return text.splitlines()[0] if text else ""
+
+
 def retention_properties(seconds: int) -> dict[str, str]:
     """The table properties that keep ``seconds`` of time travel: Delta's log (cleaned at its
     checkpoints) and the files removed from the table (VACUUM)."""
@@ -102,6 +112,8 @@ class Upkeep:
     _vacuumed: dict[str, float] = field(default_factory=dict, init=False)
     _unchecked: set[str] = field(default_factory=set, init=False)
     _retention_unset: set[str] = field(default_factory=set, init=False)
+    _failed: dict[tuple[str, str], float] = field(default_factory=dict, init=False)
+    """(table, action) → when it last failed: tried again ``RETRY_AFTER`` later."""
 
     @property
     def policy(self) -> Policy:
@@ -125,24 +137,38 @@ class Upkeep:
         if not self.config.enabled:
             return []
         now = self.wall()
-        for path in written:
-            if path not in self._seen:
-                self._seen.add(path)
-                self._vacuumed[path] = now
-                if self._retention_missing(path):
-                    self._retention_unset.add(path)
-                if self.config.cluster and path in self.current:
-                    self._unchecked.add(path)
-        states = self._states()
+        try:
+            for path in written:
+                if path not in self._seen:
+                    if self._retention_missing(path):
+                        self._retention_unset.add(path)
+                    self._seen.add(path)
+                    self._vacuumed[path] = now
+                    if self.config.cluster and path in self.current:
+                        self._unchecked.add(path)
+            states = self._states()
+        except Exception as e:  # a batch whose work is done never fails here
+            if self.reraise(e):
+                raise
+            log.warning(
+                "upkeep: skipped after this batch, its tables could not be read (%s: %s)",
+                type(e).__name__,
+                _first_line(e),
+            )
+            return []
         tasks = [
-            *(Task(p, "retention", "not set") for p in sorted(self._retention_unset)),
-            *due(
-                states.values(),
-                policy=self.policy,
-                now=now,
-                vacuumed=self._vacuumed,
-                unchecked=self._unchecked,
-            ),
+            task
+            for task in [
+                *(Task(p, "retention", "not set") for p in sorted(self._retention_unset)),
+                *due(
+                    states.values(),
+                    policy=self.policy,
+                    now=now,
+                    vacuumed=self._vacuumed,
+                    unchecked=self._unchecked,
+                ),
+            ]
+            if now - self._failed.get((task.path, task.action), -RETRY_AFTER) >= RETRY_AFTER
         ]
         started = self.clock()
         done: list[Done] = []
@@ -185,27 +211,27 @@ class Upkeep:
     def _run(self, task: Task, state: TableFiles | None) -> Done:
         started = self.clock()
         path = task.path
-        before = latest_version(self.spark, path)
-        detail = ""
         try:
+            before = latest_version(self.spark, path)
             detail = self._do(task, state)
+            self._settle(task, path, before)
+            after = held_files(self.spark, path, self.config.small_file_mib * 2**20)
         except Exception as e:
             if self.reraise(e):
                 raise
             seconds = self.clock() - started
-            self._settle(task, path, before, changed=False)
+            self._failed[(path, task.action)] = self.wall()
             log.warning(
-                "upkeep: %s of %s failed after %.2fs (%s: %s); tried again after a later batch",
+                "upkeep: %s of %s failed after %.2fs (%s: %s); tried again in %d minutes",
                 task.action,
                 self._name(path),
                 seconds,
                 type(e).__name__,
-                str(e).splitlines()[0] if str(e) else "",
+                _first_line(e),
+                RETRY_AFTER // 60,
             )
             return Done(task, "failed", seconds, state.files if state else None, None, str(e))
-        self._settle(task, path, before, changed=True)
         seconds = self.clock() - started
-        after = held_files(self.spark, path, self.config.small_file_mib * 2**20)
         files_after = after[1] if after is not None else None
         files_before = state.files if state else None
         log.info(
@@ -252,12 +278,13 @@ class Upkeep:
         compact(spark, path, current=True, cluster=cluster, current_file_mib=self.current_file_mib)
         return f"{'clustered by id' if cluster else 'compacted'} (overlap depth {depth})"
 
-    def _settle(self, task: Task, path: str, before: int, *, changed: bool) -> None:
-        """After a task: its table's bookkeeping, and the sink's held copies moved along when
-        the task's commits were the only ones."""
-        if task.action == "vacuum" and changed:
+    def _settle(self, task: Task, path: str, before: int) -> None:
+        """After a task that ran: its table's bookkeeping, and the sink's held copies moved
+        along when the task's commits were the only ones."""
+        self._failed.pop((path, task.action), None)
+        if task.action == "vacuum":
             self._vacuumed[path] = self.wall()
-        if task.action == "retention" and changed:
+        if task.action == "retention":
             self._retention_unset.discard(path)
         if task.action in ("order", "check"):
             self._unchecked.discard(path)
