@@ -135,3 +135,95 @@ def test_held_copies_follow_an_upkeep_commit_only_from_the_version_they_hold() -
     assert deleted._tables["t"][0] == 2
     deleted.moved("t", 2, 3)
     assert deleted._tables["t"] == (3, {"k": (1, None)})
+
+
+class FakeTables:
+    """The Delta side of ``runtime.upkeep`` replaced (each table: its version, files and small
+    files), to test the orchestration alone: the budget, the stop, failures and retries. What
+    the Delta operations do is tested on real tables in tests/integration/test_upkeep.py."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, tables: dict[str, int]) -> None:
+        from streaming.runtime import upkeep as module
+
+        self.small = dict(tables)
+        self.version = dict.fromkeys(tables, 1)
+        self.ran: list[tuple[str, str]] = []
+        self.failing: set[str] = set()
+        self.now = 0.0
+        props = {"delta.logRetentionDuration": "interval 604800 seconds"}
+        props["delta.deletedFileRetentionDuration"] = props["delta.logRetentionDuration"]
+        monkeypatch.setattr(module, "table_state", lambda spark, path: (None, props))
+        monkeypatch.setattr(
+            module,
+            "held_files",
+            lambda spark, path, small: (self.version[path], self.small[path], self.small[path]),
+        )
+        monkeypatch.setattr(module, "latest_version", lambda spark, path: self.version[path])
+        monkeypatch.setattr(module, "commit_operations", lambda spark, path, a, b: ["OPTIMIZE"])
+        monkeypatch.setattr(module, "compact", self.compact)
+
+    def compact(self, spark: object, path: str, **_: object) -> None:
+        self.ran.append((path, "compact"))
+        self.now += 4  # each compaction takes 4 s
+        if path in self.failing:
+            raise RuntimeError("Access Denied\nstack trace")
+        self.small[path] = 1
+        self.version[path] += 1
+
+
+def test_upkeep_stops_starting_tasks_past_its_budget_and_the_rest_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from streaming.core.config import UpkeepConfig
+    from streaming.runtime.upkeep import Upkeep
+
+    fake = FakeTables(monkeypatch, {"a": 60, "b": 55, "c": 50, "d": 3})
+    moved: list[tuple[str, int, int]] = []
+    upkeep = Upkeep(
+        None,  # type: ignore[arg-type]
+        UpkeepConfig(budget="6 seconds"),
+        current=(),
+        current_file_mib=32,
+        moved=lambda path, before, after: moved.append((path, before, after)),
+        clock=lambda: fake.now,
+        wall=lambda: fake.now,
+    )
+    first = upkeep.after_batch(["a", "b", "c", "d"])
+    # a (4 s) then b (8 s in all): the budget of 6 s was not spent when b started; c waits
+    assert [(d.task.path, d.result) for d in first] == [("a", "done"), ("b", "done")]
+    assert moved == [("a", 1, 2), ("b", 1, 2)]  # OPTIMIZE changes no row: held copies follow
+    second = upkeep.after_batch([])  # every table seen since the start is looked at
+    assert [d.task.path for d in second] == ["c"]
+    assert upkeep.after_batch([]) == []  # nothing due
+
+    stopping = upkeep.after_batch(["a"], stopping=lambda: True)
+    assert stopping == []
+
+
+def test_a_failed_upkeep_task_is_reported_never_raised_and_tried_again_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from streaming.core.config import UpkeepConfig
+    from streaming.runtime.upkeep import RETRY_AFTER, Upkeep
+
+    fake = FakeTables(monkeypatch, {"a": 60, "b": 55})
+    fake.failing.add("a")
+    metrics = Metrics()
+    upkeep = Upkeep(
+        None,  # type: ignore[arg-type]
+        UpkeepConfig(budget="1 minute"),
+        current=(),
+        current_file_mib=32,
+        metrics=metrics,
+        clock=lambda: fake.now,
+        wall=lambda: fake.now,
+    )
+    done = upkeep.after_batch(["a", "b"])
+    assert [(d.task.path, d.result) for d in done] == [("a", "failed"), ("b", "done")]
+    assert done[0].detail.startswith("Access Denied")
+    get = metrics.registry.get_sample_value
+    assert get("cdc_upkeep_runs_total", {"action": "compact", "result": "failed"}) == 1
+    assert upkeep.after_batch([]) == []  # a waits RETRY_AFTER before its next try
+    fake.failing.clear()
+    fake.now += RETRY_AFTER
+    assert [(d.task.path, d.result) for d in upkeep.after_batch([])] == [("a", "done")]
