@@ -29,7 +29,10 @@ Measured (the pure parts are functions, tested in tests/bench/test_bench_soak.py
   median per decile. RSS is resident memory, not what is in use: the JVM's includes its heap as
   far as it has grown (the heap is not given back to the system after a collection), metaspace,
   code cache, thread stacks and direct buffers. A heap that fills up towards its maximum shows
-  as rising RSS, one that cycles within what it already took does not;
+  as rising RSS, one that cycles within what it already took does not: the job runs with a
+  fixed heap (``-Xms`` = ``spark.driver.memory``, ``DRIVER_MEMORY``). What is in use: the live
+  heap after a full collection (``jcmd GC.class_histogram``) at the end of each decile, and the
+  classes that grew most from decile 2 to the last (a leak shows there);
 - storage, at the end of each decile (and after the first batch, and after the drain): per Delta
   table of the warehouse, its live data files (delta-rs ``DeltaTable.file_uris()``: an
   independent reader) and the entries of its ``_delta_log`` (commit ``*.json`` files and
@@ -101,9 +104,18 @@ BATCH_TIME_BOUND = 1.1
 MEMORY_BAND = 0.10
 """Target: the driver's RSS (Python, JVM) in deciles 2..10 within this share of decile 2's."""
 DRIVER_MEMORY = "2g"
-"""The job's ``spark.driver.memory``, as a deployment sets it: the JVM's heap grows up to it and
-its RSS then levels off (left unset, the heap may grow to a quarter of the machine's memory,
-which on a long run looks like growth whether or not anything leaks)."""
+"""The job's ``spark.driver.memory``, as a deployment sets it, and its initial heap too
+(``-Xms``, ``DRIVER_JAVA_OPTIONS``): a fixed heap, as long-running JVMs are given. With the
+maximum alone, G1 grew the heap in steps for 600 of 1,000 batches (JVM RSS +18% from decile 2
+to 10, session 17) and the batches after it reached the maximum ran 10% slower (more frequent
+collections): growth and a change of regime, not a leak. Left unset, the heap may grow to a
+quarter of the machine's memory."""
+DRIVER_JAVA_OPTIONS = f"-Xms{DRIVER_MEMORY}"
+HISTOGRAM_SECONDS = 120.0
+"""``jcmd <jvm> GC.class_histogram`` (a full collection, then the live objects by class): its
+time limit."""
+HISTOGRAM_TOP = 12
+"""Classes kept per live-heap histogram (the largest by bytes)."""
 START_SECONDS = 600.0
 """How long the job may take to start and run its first batch (the seed)."""
 DRAIN_SECONDS = 600.0
@@ -547,6 +559,54 @@ def java_below(pid: int) -> int | None:
     return None
 
 
+def parse_class_histogram(text: str, top: int = HISTOGRAM_TOP) -> dict[str, Any] | None:
+    """``jcmd GC.class_histogram``'s output: the live heap (its ``Total`` line's bytes) and the
+    ``top`` classes by bytes (rows ``num: instances bytes class``); None without a total."""
+    total: int | None = None
+    classes: list[tuple[str, int]] = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "Total" and parts[2].isdigit():
+            total = int(parts[2])
+        elif len(parts) >= 4 and parts[0].endswith(":") and parts[2].isdigit():
+            classes.append((parts[3], int(parts[2])))
+    if total is None:
+        return None
+    classes.sort(key=lambda c: -c[1])
+    return {"mb": round(total / 2**20, 1), "top": [[c, b] for c, b in classes[:top]]}
+
+
+def live_heap(jvm: int | None) -> dict[str, Any] | None:
+    """The JVM's live heap now: ``jcmd GC.class_histogram`` runs a full collection and counts
+    what survives (a pause of the job of about a second, once per decile); None when the JVM
+    is gone or jcmd fails (the report shows "-")."""
+    if jvm is None:
+        return None
+    try:
+        done = subprocess.run(
+            ["jcmd", str(jvm), "GC.class_histogram"],
+            capture_output=True,
+            text=True,
+            timeout=HISTOGRAM_SECONDS,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_class_histogram(done.stdout) if done.returncode == 0 else None
+
+
+def heap_growth(
+    before: Mapping[str, Any] | None, after: Mapping[str, Any] | None, top: int = 5
+) -> list[tuple[str, float]]:
+    """The classes whose live bytes grew most between two histograms (MB, largest first; a
+    class outside a histogram's top counts as 0 there)."""
+    if not before or not after:
+        return []
+    old = {c: b for c, b in before["top"]}
+    grown = [(c, (b - old.get(c, 0)) / 2**20) for c, b in after["top"]]
+    return sorted((g for g in grown if g[1] > 0), key=lambda g: -g[1])[:top]
+
+
 def delta_counts(table: Path) -> dict[str, int | None]:
     """A Delta table's live data files (delta-rs) and ``_delta_log`` entries: commit JSON files
     and checkpoint parquet files (classic, multi-part and V2 names)."""
@@ -767,7 +827,10 @@ def soak(sizes: Sizes, base: Path, broker: LocalKafkaBroker) -> dict[str, Any]:
         "trigger": {"interval": TRIGGER},
         "spark": {
             "shuffle_partitions": SHUFFLE_PARTITIONS,
-            "conf": {"spark.driver.memory": DRIVER_MEMORY},
+            "conf": {
+                "spark.driver.memory": DRIVER_MEMORY,
+                "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
+            },
         },
         "metrics": {"enabled": True, "host": "127.0.0.1", "port": port},
         **({"tables": dict(TABLES)} if TABLES else {}),
@@ -793,6 +856,7 @@ def soak(sizes: Sizes, base: Path, broker: LocalKafkaBroker) -> dict[str, Any]:
             "tables": {t: delta_counts(warehouse / t) for t in warehouse_tables(warehouse)},
             "checkpoint": checkpoint_usage(checkpoint),
             "upkeep_metric": _scrape(metrics_url, "cdc_upkeep_runs_total"),
+            "live_heap": live_heap(monitor.jvm),
         }
 
     bounds = decile_bounds(n)
@@ -1048,7 +1112,7 @@ def render_lines(r: Mapping[str, Any]) -> list[str]:
         f"(every {r['sample_seconds']:g}s)",
         f"{'Soak':<8} {'decile':>6} {'batches':>11} {'tx/batch':>8} {'sink s p50':>10} "
         f"{'p90':>6} {'spark s p50':>11} {'Python MB':>9} {'JVM MB':>8} "
-        f"{'upkeep tasks':>12} {'upkeep s':>8}",
+        f"{'upkeep tasks':>12} {'upkeep s':>8} {'live heap MB':>12}",
     ]
     for d in r["deciles"]:
         ids = f"{d['first_batch']}-{d['last_batch']}" if d["batches"] else "-"
@@ -1057,8 +1121,16 @@ def render_lines(r: Mapping[str, Any]) -> list[str]:
             f"{_fmt(d['seconds_p50']):>10} {_fmt(d['seconds_p90']):>6} "
             f"{_fmt(d['spark_seconds_p50']):>11} {_fmt(d['python_rss_mb'], '.0f'):>9} "
             f"{_fmt(d['jvm_rss_mb'], '.0f'):>8} {d.get('upkeep_tasks', 0):>12} "
-            f"{_fmt(d.get('upkeep_seconds'), '.1f'):>8}"
+            f"{_fmt(d.get('upkeep_seconds'), '.1f'):>8} "
+            f"{_fmt(_live_mb(d.get('storage')), '.0f'):>12}"
         )
+    heaps = [(d["decile"], (d.get("storage") or {}).get("live_heap")) for d in r["deciles"]]
+    grown = heap_growth(heaps[1][1], heaps[-1][1]) if len(heaps) > 1 else []
+    lines.append(
+        "Soak     live heap: the JVM's heap after a full collection (jcmd GC.class_histogram, "
+        "at the end of each decile); grown most from decile 2 to the last: "
+        + (", ".join(f"{c} {mb:+.1f} MB" for c, mb in grown) or "nothing among the largest")
+    )
     snaps = [("start", r.get("start"))]
     snaps += [(str(d["decile"]), d.get("storage")) for d in r["deciles"]]
     snaps.append(("end", r.get("end")))
@@ -1136,6 +1208,11 @@ def render_lines(r: Mapping[str, Any]) -> list[str]:
         )
     )
     return lines
+
+
+def _live_mb(snapshot: Mapping[str, Any] | None) -> float | None:
+    heap = (snapshot or {}).get("live_heap")
+    return heap["mb"] if heap else None
 
 
 def _mark(ok: bool | None) -> str:

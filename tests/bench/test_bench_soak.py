@@ -350,6 +350,10 @@ def _snapshot(files: int, batch: int) -> dict[str, Any]:
             "sources": {"0": 2, "1": 1},
         },
         "upkeep_metric": None,
+        "live_heap": {
+            "mb": 300.0 + batch,
+            "top": [["[B", (100 + 2 * batch) * 2**20], ["java.lang.String", 50 * 2**20]],
+        },
     }
 
 
@@ -423,6 +427,33 @@ def test_the_soak_report() -> None:
     assert "✓ Soak: driver JVM RSS, deciles 2-10 vs decile 2" in text
     storage = [line for line in text.splitlines() if line.startswith("Soak") and "/4/0" in line]
     assert storage and "8/8/0" in text  # decile 2: 8 files, 8 commit files, no checkpoint
+    # decile 2 ends at batch 8 (live heap 308 MB), the last at batch 40: [B grew by 64 MB
+    assert "1401            0        -          308" in text
+    assert "grown most from decile 2 to the last: [B +64.0 MB" in text
+    assert "java.lang.String" not in text.split("grown most")[1].splitlines()[0]
+
+
+HISTOGRAM = """12345:
+ num     #instances         #bytes  class name (module)
+-------------------------------------------------------
+   1:        120000       90000000  [B (java.base@17.0.2)
+   2:         40000       30000000  java.lang.String (java.base@17.0.2)
+   3:          1000        2000000  org.apache.spark.sql.delta.Snapshot
+Total        161000      122000000
+"""
+
+
+def test_a_class_histogram_gives_the_live_heap_and_its_largest_classes() -> None:
+    heap = soak.parse_class_histogram(HISTOGRAM, top=2)
+    assert heap == {"mb": 116.3, "top": [["[B", 90000000], ["java.lang.String", 30000000]]}
+    assert soak.parse_class_histogram("12345:\nio exception: attach refused\n") is None
+
+
+def test_heap_growth_names_the_classes_that_grew() -> None:
+    before = {"mb": 1.0, "top": [["[B", 10 * 2**20], ["A", 5 * 2**20]]}
+    after = {"mb": 2.0, "top": [["[B", 13 * 2**20], ["A", 4 * 2**20], ["New", 2**20]]}
+    assert soak.heap_growth(before, after) == [("[B", 3.0), ("New", 1.0)]
+    assert soak.heap_growth(None, after) == []
 
 
 def test_the_options_reach_the_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
