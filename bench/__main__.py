@@ -3,8 +3,9 @@ FILE]``.
 
 W1K (W1 over a local Kafka broker), Latency (publish → outcome at a steady rate), EventsLatency
 (PostgreSQL commit → outcome through Debezium, issue 35), ScaleRandom (Scale with the tables'
-rows in random id order), ScaleClustered (the same, then ``cdc maintain --cluster``) and Sweep
-are not in the default set: ``--workloads W1K,Latency,ScaleRandom``."""
+rows in random id order), ScaleClustered (the same, then ``cdc maintain --cluster``),
+ScaleLiquid (the same, then Delta's liquid clustering by id) and Sweep are not in the default
+set: ``--workloads W1K,Latency,ScaleRandom``."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ WORKLOADS = (
     "Scale",
     "ScaleRandom",
     "ScaleClustered",
+    "ScaleLiquid",
     "FullLoad",
     "Sweep",
     "Cold",

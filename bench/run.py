@@ -33,7 +33,7 @@ from bench.sizes import Sizes
 from streaming.core.config import SparkConfig
 from streaming.runtime.job import Job
 from streaming.runtime.session import build_session
-from streaming.storage.maintain import maintain
+from streaming.storage.maintain import file_count, maintain
 from tests.support.kafka_broker import LocalKafkaBroker
 
 
@@ -418,6 +418,7 @@ def scale(
     *,
     shuffled: bool = False,
     clustered: bool = False,
+    liquid: bool = False,
 ) -> dict[str, Any]:
     """Scale (``shuffled``: ScaleRandom, the tables' rows in random id order across files, and
     the job's own upkeep on, with its defaults: before the timed run, the upkeep the job runs
@@ -426,7 +427,12 @@ def scale(
     tasks reported — a user's table after a day of running; the timed run's own upkeep is
     reported apart and left out of the ratio. W2's run is then never reused, its table is in id
     order. ``clustered``: ScaleClustered, the shuffled table clustered by ``cdc maintain
-    --cluster`` instead, untimed, its seconds reported; upkeep off).
+    --cluster`` instead, untimed, its seconds reported; upkeep off). ``liquid``: ScaleLiquid, the
+    shuffled table given Delta's liquid clustering instead (``ALTER TABLE … CLUSTER BY (id)``,
+    then ``OPTIMIZE … FULL``), untimed, its seconds reported; upkeep off. For both, after the timed
+    run the same upkeep again, timed and reported (``after``): what keeping the table clustered
+    costs once a batch wrote into it (Z-order rewrites the table; liquid clustering's incremental
+    ``OPTIMIZE`` the files not clustered yet).
 
     ``sizes.scale_runs`` rounds, each size on a freshly seeded table in each, the small table
     first in one round and the large one first in the next; reported per size: the median run
@@ -434,9 +440,17 @@ def scale(
     process's first big one, and the JIT still compiling made it slower than the large table's
     (10.3 s against 6.9 s warm): the ratio then flattered us. W2's run, when reused for Scale's
     small table, is already W2's median and counts as every round's."""
-    label = "ScaleClustered" if clustered else "ScaleRandom" if shuffled else "Scale"
-    upkept = shuffled and not clustered
-    shuffled = shuffled or clustered
+    label = (
+        "ScaleLiquid"
+        if liquid
+        else "ScaleClustered"
+        if clustered
+        else "ScaleRandom"
+        if shuffled
+        else "Scale"
+    )
+    upkept = shuffled and not (clustered or liquid)
+    shuffled = shuffled or clustered or liquid
     changes = data.w2_changes(sizes.w2_changes, sizes.w2_table_rows)
     every: dict[int, list[OurRun]] = {rows: [] for rows in sizes.scale_rows}
     maintained: dict[str, dict[str, Any]] = {}
@@ -491,8 +505,15 @@ def scale(
                     "files_after": done.files_after,
                 }
                 say(f"{label}: cdc maintain --cluster {maintained[str(rows)]}")
+            if liquid:
+                maintained[str(rows)] = _liquid(spark, table, first=True)
+                say(f"{label}: CLUSTER BY (id), OPTIMIZE FULL {maintained[str(rows)]}")
             say(f"{label}: ours against {rows:,} rows")
             every[rows].append(run_job(spark, job))
+            if clustered or liquid:
+                after = _liquid(spark, table, first=False) if liquid else _zorder(spark, table)
+                maintained[str(rows)]["after"] = after
+                say(f"{label}: the same upkeep after the run {after}")
             say(
                 f"{label}: {every[rows][-1].batch_seconds:.1f}s"
                 f" (+ upkeep after it {every[rows][-1].upkeep_seconds:.1f}s)"
@@ -504,13 +525,43 @@ def scale(
         "changes": len(changes),
         "shuffled": shuffled,
         "upkeep": upkept,
-        **({"maintain": maintained} if clustered or upkept else {}),
+        **({"maintain": maintained} if clustered or liquid or upkept else {}),
+        "liquid": liquid,
         "runs": {str(r): run.as_json() for r, run in runs.items()},
         "every": {
             str(r): [round(run.batch_seconds, 3) for run in each] for r, each in every.items()
         },
         "time_ratio": round(runs[large].batch_seconds / runs[small].batch_seconds, 3),
         "rows_ratio": large / small,
+    }
+
+
+def _liquid(spark: SparkSession, table: str, *, first: bool) -> dict[str, Any]:
+    """Delta's liquid clustering by id: ``first``, turned on (``ALTER TABLE … CLUSTER BY``) and
+    every file clustered (``OPTIMIZE … FULL``); else the incremental ``OPTIMIZE``. Its seconds
+    and the live files before and after."""
+    before = file_count(spark, table)
+    started = time.perf_counter()
+    if first:
+        spark.sql(f"ALTER TABLE delta.`{table}` CLUSTER BY (id)")
+    spark.sql(f"OPTIMIZE delta.`{table}`{' FULL' if first else ''}")
+    return {
+        "seconds": round(time.perf_counter() - started, 3),
+        "files_before": before,
+        "files_after": file_count(spark, table),
+    }
+
+
+def _zorder(spark: SparkSession, table: str) -> dict[str, Any]:
+    """``cdc maintain --cluster`` of the table again: its seconds, the live files around it."""
+    started = time.perf_counter()
+    done = maintain(
+        spark, [table], optimize=False, vacuum_hours=None, current=[table], cluster=True
+    )[0]
+    return {
+        "seconds": round(time.perf_counter() - started, 3),
+        "files_before": done.files_before,
+        "files_after": done.files_after,
     }
 
 
@@ -744,6 +795,13 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float | None], str, flo
         1.5,
     ),
     (
+        "ScaleLiquid",
+        "ScaleLiquid: time large / small table",
+        lambda r: _get(r, "ScaleLiquid", "time_ratio"),
+        "<=",
+        1.5,
+    ),
+    (
         "FullLoad",
         "FullLoad: ours time / blind append time",
         lambda r: _get(r, "FullLoad", "ratios", "ours_time_vs_append"),
@@ -947,6 +1005,7 @@ def render(results: dict[str, Any]) -> str:
         "Scale": "",
         "ScaleRandom": "rows in random id order, the job's upkeep on, ",
         "ScaleClustered": "rows in random id order, then cdc maintain --cluster, ",
+        "ScaleLiquid": "rows in random id order, then CLUSTER BY (id) and OPTIMIZE FULL, ",
     }
     for work, order in orders.items():
         if work not in results:
@@ -974,9 +1033,21 @@ def render(results: dict[str, Any]) -> str:
                     f"time): {m['seconds']:.1f}s: {tasks or 'nothing due'}"
                 )
             elif m:
+                how = (
+                    "CLUSTER BY (id), OPTIMIZE FULL"
+                    if r.get("liquid")
+                    else "cdc maintain --cluster"
+                )
+                again = "OPTIMIZE" if r.get("liquid") else "cdc maintain --cluster"
                 lines.append(
-                    f"{work:<8} cdc maintain --cluster of {int(rows):,} rows (not in ours' time): "
+                    f"{work:<8} {how} of {int(rows):,} rows (not in ours' time): "
                     f"{m['seconds']:.1f}s, {m['files_before']} -> {m['files_after']} files"
+                    + (
+                        f"; after the run, {again} again: {m['after']['seconds']:.1f}s, "
+                        f"{m['after']['files_before']} -> {m['after']['files_after']} files"
+                        if m.get("after")
+                        else ""
+                    )
                 )
         lines.append(
             f"{work:<8} time ratio {r['time_ratio']:.2f}x for {r['rows_ratio']:g}x rows "
@@ -1230,6 +1301,9 @@ def _session_workloads(
         _write(output, results)
     if "ScaleClustered" in workloads:
         results["ScaleClustered"] = scale(spark, sizes, base, None, clustered=True)
+        _write(output, results)
+    if "ScaleLiquid" in workloads:
+        results["ScaleLiquid"] = scale(spark, sizes, base, None, liquid=True)
         _write(output, results)
     if "FullLoad" in workloads:
         results["FullLoad"] = full_load(spark, sizes, base)

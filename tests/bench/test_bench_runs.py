@@ -77,3 +77,35 @@ def test_the_scale_option_reaches_the_sizes(monkeypatch: pytest.MonkeyPatch) -> 
     assert main(["--workloads", "ScaleRandom", "--scale-runs", "3"]) == 0
     assert main(["--quick", "--workloads", "ScaleRandom"]) == 0
     assert [s.scale_runs for s in seen] == [3, 2]
+
+
+def test_a_liquid_scale_line_gives_the_clustering_and_its_upkeep_after_the_run() -> None:
+    run = {"seconds": 7.0, "profile": [], "batches": []}
+    text = rendered(
+        "ScaleLiquid",
+        {
+            "changes": 200_000,
+            "shuffled": True,
+            "liquid": True,
+            "maintain": {
+                "10000000": {
+                    "seconds": 30.5,
+                    "files_before": 40,
+                    "files_after": 12,
+                    "after": {"seconds": 2.25, "files_before": 14, "files_after": 13},
+                }
+            },
+            "runs": {"1000000": run, "10000000": {**run, "seconds": 8.4}},
+            "every": {"1000000": [7.0], "10000000": [8.4]},
+            "time_ratio": 1.2,
+            "rows_ratio": 10.0,
+        },
+    )
+    assert (
+        "ScaleLiquid CLUSTER BY (id), OPTIMIZE FULL of 10,000,000 rows (not in ours' time): "
+        "30.5s, 40 -> 12 files; after the run, OPTIMIZE again: 2.2s, 14 -> 13 files"
+    ) in text
+    assert (
+        "ScaleLiquid time ratio 1.20x for 10x rows (rows in random id order, then CLUSTER BY"
+        in text
+    )
