@@ -70,22 +70,23 @@ def table_upkeep(
             continue
         held = held_files(spark, path, small_file_mib * 2**20)
         last = last_operations(spark, path, ("OPTIMIZE", "VACUUM END"), UPKEEP_WINDOW)
-
-        def when(name: str, last: dict[str, tuple[int, int]] = last) -> str | None:
-            if name not in last:
-                return None
-            return datetime.fromtimestamp(last[name][1] / 1000, UTC).isoformat(timespec="seconds")
-
         rows.append(
             {
                 "table": path[len(root) :] if path.startswith(root) else path,
                 "files": held[1] if held else None,
                 "smallFiles": held[2] if held else None,
-                "lastOptimize": when("OPTIMIZE"),
-                "lastVacuum": when("VACUUM END"),
+                "lastOptimize": _when(last.get("OPTIMIZE")),
+                "lastVacuum": _when(last.get("VACUUM END")),
             }
         )
     return rows
+
+
+def _when(operation: tuple[int, int] | None) -> str | None:
+    """The time of a commit (its ``(version, timestamp ms)``), ISO 8601 in UTC; None: none."""
+    if operation is None:
+        return None
+    return datetime.fromtimestamp(operation[1] / 1000, UTC).isoformat(timespec="seconds")
 
 
 def collect_status(
