@@ -1,5 +1,5 @@
-"""README's example that reads ``_system/outcomes`` with Spark SQL and with delta-rs, run as
-written against a warehouse the job filled (one COMMITTED, one REJECTED transaction)."""
+"""The example in docs/interface.md that reads ``_system/outcomes`` with Spark SQL and delta-rs, run
+as written against a warehouse the job filled (one COMMITTED, one REJECTED transaction)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from tests.support.datasets import DOG
 
 pytestmark = pytest.mark.spark
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "interface.md"
 MARKER = "<!-- docs-test: system-tables -->"
 
 
 def readme_example() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = DOC.read_text(encoding="utf-8")
     block = re.search(re.escape(MARKER) + r"\n```python\n(.*?)\n```", text, re.DOTALL)
-    assert block is not None, f"README has no python block under {MARKER}"
+    assert block is not None, f"docs/interface.md has no python block under {MARKER}"
     return block.group(1)
 
 
@@ -44,7 +44,7 @@ def test_readme_reads_the_outcomes_with_spark_sql_and_delta_rs(
     )
     assert warehouse in code
     scope: dict[str, Any] = {"spark": spark}
-    exec(compile(code, "README.md", "exec"), scope)
+    exec(compile(code, "docs/interface.md", "exec"), scope)
 
     rows = [tuple(r) for r in scope["rows"]]
     assert rows == [

@@ -1,4 +1,4 @@
-"""README's storage layout names every column of the system tables, with its type (no Spark)."""
+"""docs/interface.md names every column of the system tables, with its type (no Spark)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from pyspark.sql.types import StructType
 
 from streaming.storage.schemas import LEDGER_SCHEMA, OUTCOMES_SCHEMA, QUARANTINE_SCHEMA
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "interface.md"
 ROW = re.compile(r"^\| `(?P<name>[a-z_]+)` \| (?P<type>[a-z]+) \| (?P<meaning>.+) \|$")
 
 
 def documented(table: str) -> list[tuple[str, str, str]]:
-    """(column, type, meaning) rows of the README table under ``#### `<table>` ...``."""
-    lines = README.read_text(encoding="utf-8").splitlines()
-    heading = next(i for i, line in enumerate(lines) if line.startswith(f"#### `{table}`"))
+    """(column, type, meaning) rows of the table under ``### `<table>` ...`` (interface.md)."""
+    lines = DOC.read_text(encoding="utf-8").splitlines()
+    heading = next(i for i, line in enumerate(lines) if line.startswith(f"### `{table}`"))
     found: list[tuple[str, str, str]] = []
     for line in lines[heading + 1 :]:
         if line.startswith("#"):
