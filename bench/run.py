@@ -495,15 +495,7 @@ def scale(
                 }
                 say(f"{label}: the job's upkeep before the run {maintained[str(rows)]}")
             if clustered:
-                started = time.perf_counter()
-                done = maintain(
-                    spark, [table], optimize=False, vacuum_hours=None, current=[table], cluster=True
-                )[0]
-                maintained[str(rows)] = {
-                    "seconds": round(time.perf_counter() - started, 3),
-                    "files_before": done.files_before,
-                    "files_after": done.files_after,
-                }
+                maintained[str(rows)] = _zorder(spark, table)
                 say(f"{label}: cdc maintain --cluster {maintained[str(rows)]}")
             if liquid:
                 maintained[str(rows)] = _liquid(spark, table, first=True)
