@@ -227,7 +227,6 @@ spark:
     spark.hadoop.fs.s3a.endpoint.region: {REGION}
     spark.hadoop.fs.s3a.path.style.access: "true"
     spark.hadoop.fs.s3a.connection.ssl.enabled: "false"
-    spark.hadoop.delta.enableFastS3AListFrom: "true"
 """
 
 
