@@ -79,3 +79,15 @@ def test_compiled_code_is_cached_for_a_batchs_worth_of_plans_unless_the_user_say
     key = "spark.sql.codegen.cache.maxEntries"
     assert int(session_conf(SparkConfig())[key]) >= 1000  # Spark's default of 100 thrashes
     assert session_conf(SparkConfig(conf={key: "50"}))[key] == "50"
+
+
+def test_local_paths_go_through_hadoops_raw_file_system_unless_the_user_says() -> None:
+    """No hidden .crc beside each file: half the entries in every _delta_log listing."""
+    conf = session_conf(SparkConfig())
+    assert conf["spark.hadoop.fs.file.impl"] == "org.apache.hadoop.fs.RawLocalFileSystem"
+    assert conf["spark.hadoop.fs.AbstractFileSystem.file.impl"].endswith(".RawLocalFs")
+    theirs = {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.LocalFileSystem"}
+    assert (
+        session_conf(SparkConfig(conf=theirs))["spark.hadoop.fs.file.impl"]
+        == theirs["spark.hadoop.fs.file.impl"]
+    )
