@@ -139,7 +139,7 @@ bench: setup
 bench-quick: setup
 	$(PY) -m bench --quick
 
-# Issue 36: `cdc run` for SOAK_BATCHES micro-batches (1 s trigger, ~8 small transactions/s; ~80
+# Issue 36: `cdc run` for SOAK_BATCHES micro-batches (1 s trigger, ~8 small transactions/s; ~50
 # min for 1,000 here), reported per tenth: batch time, the driver's memory, files per table,
 # the checkpoint; then exactly-once checked. `SOAK_BATCHES=100 make bench-soak` for a short one.
 SOAK_BATCHES ?= 1000
