@@ -43,12 +43,11 @@ _BASE_CONF = {
     # Delta's SQL parser drops the parameters of spark.sql(text, args) (delta-io/delta#7640);
     # query schemas bind ${arg} as parameters, which this legacy substitution keeps working.
     "spark.sql.legacy.parameterSubstitution.constantsOnly": "true",
-    # file: paths through Hadoop's raw local file system. Its default, the checksummed one,
-    # writes a hidden .crc beside every file it writes: twice the entries in each _delta_log,
-    # which Delta lists whole at every snapshot update (on a local disk ~50 ms at 2,700 entries,
-    # ~27 ms without them: the soak's batches grew slower with every commit), and more writes
-    # and forked chmods per commit. Delta's own .crc (the version checksum) stays.
-    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+    # Delta's log writes (FileContext) on file: paths through Hadoop's raw local file system.
+    # The checksummed default writes a hidden .crc beside each file: twice the entries in each
+    # _delta_log, which Delta lists whole at every snapshot update (~50 ms at 2,700 entries on a
+    # local disk, ~27 ms without them). Not fs.file.impl: FileSystem.getLocal (S3A's upload
+    # buffers) needs the checksummed FileSystem. Delta's own .crc (the version checksum) stays.
     "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
 }
 
