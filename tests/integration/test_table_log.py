@@ -10,6 +10,7 @@ from pathlib import Path
 import deltalake
 import pyarrow as pa
 import pytest
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from streaming.storage.log import held_files, latest_version
@@ -52,3 +53,22 @@ def test_held_files_counts_what_delta_rs_sees(spark: SparkSession, tmp_path: Pat
     assert held_files(spark, path, 16 * 2**20) == (2, files, files)
     assert held_files(spark, path, 8192) == (2, files, files)  # all in the first bin [0, 8K)
     assert held_files(spark, path, 8191) == (2, files, 0)  # no bin ends at or below it
+
+
+def test_latest_version_on_an_interrupted_thread_fails_with_the_interrupt(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A stopping query interrupts the stream's thread and the batch ends at its next wait in
+    the JVM. The existence checks of the held version do not wait; on an interrupted thread
+    ``latest_version`` takes Delta's update, which does, so the stop still lands there."""
+    path = str(tmp_path / "t")
+    _append(spark, path, 0)
+    assert latest_version(spark, path) == 0
+    thread = spark._jvm.java.lang.Thread  # type: ignore[union-attr]
+    thread.currentThread().interrupt()  # py4j runs this test's calls on one JVM thread
+    try:
+        with pytest.raises(Py4JJavaError, match="InterruptedException"):
+            latest_version(spark, path)
+    finally:
+        thread.interrupted()  # clears the flag if the call did not
+    assert latest_version(spark, path) == 0
