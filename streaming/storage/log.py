@@ -49,12 +49,10 @@ def latest_version(spark: SparkSession, path: str) -> int:
     snapshot = log.unsafeVolatileSnapshot()
     held = int(snapshot.version())
     if held >= 0 and _files_are_commits(log, snapshot, path):
-        Path = jvm.org.apache.hadoop.fs.Path
-        folder = log.logPath()
-        fs = folder.getFileSystem(log.newDeltaHadoopConf())
+        fs = log.logPath().getFileSystem(log.newDeltaHadoopConf())
         if (
-            fs.exists(Path(folder, f"{held:020d}.json"))
-            and not fs.exists(Path(folder, f"{held + 1:020d}.json"))
+            fs.exists(_commit_file(spark, log, held))
+            and not fs.exists(_commit_file(spark, log, held + 1))
             and not jvm.java.lang.Thread.currentThread().isInterrupted()
         ):
             return held
@@ -76,7 +74,8 @@ _ATOMIC_LOG_STORES = frozenset(
 """Delta's log stores whose commit file appears whole when the commit happens (a rename, or a
 put that is visible at once): a commit is there when its file is."""
 
-_commit_files: dict[str, bool] = {}
+_atomic_store: dict[str, bool] = {}
+"""Path → whether its log store is one of ``_ATOMIC_LOG_STORES`` (fixed for a path in a session)."""
 
 
 def _files_are_commits(log: Any, snapshot: Any, path: str) -> bool:
@@ -84,7 +83,7 @@ def _files_are_commits(log: Any, snapshot: Any, path: str) -> bool:
     is one of Delta's own that writes a commit file whole (not, e.g., S3 + DynamoDB, where a
     commit can be in the table before its file is) and it has no commit coordinator (whose
     commits are backfilled into the log later)."""
-    known = _commit_files.get(path)
+    known = _atomic_store.get(path)
     if known is None:
         store = log.store()
         if store.getClass().getSimpleName() == "DelegatingLogStore":
@@ -92,8 +91,16 @@ def _files_are_commits(log: Any, snapshot: Any, path: str) -> bool:
         if store.getClass().getSimpleName() == "LogStoreAdaptor":
             store = store.logStoreImpl()
         known = str(store.getClass().getName()) in _ATOMIC_LOG_STORES
-        _commit_files[path] = known
+        _atomic_store[path] = known
     return known and bool(snapshot.tableCommitCoordinatorClientOpt().isEmpty())
+
+
+def _commit_file(spark: SparkSession, log: Any, version: int) -> Any:
+    """The Hadoop path of the table's commit file of ``version``: ``_delta_log/<v>.json``, v in
+    20 digits."""
+    jvm = spark._jvm
+    assert jvm is not None
+    return jvm.org.apache.hadoop.fs.Path(log.logPath(), f"{version:020d}.json")
 
 
 def known_version(spark: SparkSession, path: str) -> int:
@@ -197,15 +204,12 @@ def _commit_infos(
 ) -> list[tuple[int, dict[str, Any] | None]]:
     """The ``commitInfo`` action of each version's commit file, in the order asked; stops at a
     commit file that is gone (log clean-up removes old ones)."""
-    jvm = spark._jvm
-    assert jvm is not None
     log = _delta_log(spark, path)
     store, conf = log.store(), log.newDeltaHadoopConf()
     out: list[tuple[int, dict[str, Any] | None]] = []
     for version in versions:
-        file = jvm.org.apache.hadoop.fs.Path(log.logPath(), f"{version:020d}.json")
         try:
-            text = str(store.read(file, conf).mkString("\n"))
+            text = str(store.read(_commit_file(spark, log, version), conf).mkString("\n"))
         except Py4JJavaError:
             break
         out.append((version, _commit_info(text)))
