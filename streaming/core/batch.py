@@ -157,9 +157,10 @@ def triage(
     """Parse requests in source order and sort them into admitted / refused / repeated.
 
     A transactionId seen before (in the ledger or earlier in this batch) with the same content is
-    a repeat (DUPLICATE); with different content it is refused with TRANSACTION_ID_REUSED. Ledger
-    entries written by this very batch of this very query (and checkpoint) are ignored: they are
-    our own, from a replayed batch.
+    a repeat (DUPLICATE); with different content it is refused with TRANSACTION_ID_REUSED —
+    except a change feed's source transaction (``changes``), a repeat whatever part of it came.
+    Ledger entries written by this very batch of this very query (and checkpoint) are ignored:
+    they are our own, from a replayed batch.
     """
     verdicts: list[Verdict] = []
     seen: dict[str, str] = {}
@@ -177,7 +178,9 @@ def triage(
         if known is None:
             seen[tid] = digest
             verdicts.append(Admitted(raw, request, digest))
-        elif known == digest:
+        elif known == digest or raw.position.kind == "changes":
+            # A source transaction's id names its commit for good: what comes again under it
+            # (the whole or a part a restarted connector sent again) is that commit again.
             verdicts.append(Repeated(raw, request, earlier))
         else:
             error = RejectedError(

@@ -31,7 +31,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -40,7 +40,11 @@ from typing import Any, Literal
 from streaming.core.catalog import Dataset
 from streaming.core.config import ChangeFeedConfig, duration_seconds
 from streaming.core.errors import ConfigError, RejectedError
+from streaming.core.fold import MISSING
 
+FLAGS = "$flags:"
+"""A staged row's column ``$flags:<column>`` = ``MISSING``: the source did not send the value
+(``DataEvent.unavailable``); read as the extended format's flags are (``inputs.loads``)."""
 KEY_COLUMN = "__key"
 POSITION_COLUMN = "__position"
 OP_COLUMN = "Op"
@@ -66,6 +70,9 @@ class Feed:
     position_property: str
     max_wait: timedelta
     max_pending_events: int
+    placeholder: str = "__debezium_unavailable_value"
+    """Debezium's ``unavailable.value.placeholder``: what stands for a value the source did not
+    send (PostgreSQL's unchanged TOASTed columns, Oracle's unchanged LOBs)."""
 
     @property
     def all_topics(self) -> list[str]:
@@ -113,6 +120,8 @@ class DataEvent:
     order: int
     """The event's order among its transaction's events of its table (Debezium's
     ``data_collection_order``), else its offset."""
+    unavailable: tuple[str, ...] = ()
+    """Columns whose value the source did not send (``unavailable``): the stored value stays."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +186,7 @@ def feed_of(cfg: ChangeFeedConfig, index: int, datasets: Mapping[str, Dataset]) 
         cfg.position_property,
         timedelta(seconds=duration_seconds(cfg.max_wait)),
         cfg.max_pending_events,
+        cfg.unavailable_value_placeholder,
     )
 
 
@@ -272,6 +282,58 @@ def _row(
     return {k: connect_value(v, schemas.get(k)) for k, v in values.items()}
 
 
+def _placeholders(placeholder: str) -> tuple[str, bytes]:
+    """Debezium's placeholder as text and as bytes (a ``hex:`` value is given as bytes)."""
+    if placeholder.startswith("hex:"):
+        raw = bytes.fromhex(placeholder[4:])
+        return raw.decode("utf-8", errors="replace"), raw
+    return placeholder, placeholder.encode("utf-8")
+
+
+def is_unavailable(value: Any, placeholder: str, schema: Mapping[str, Any] | None = None) -> bool:
+    """Whether a column's value is Debezium's stand-in for a value it did not send: the
+    placeholder as text (text, JSON, XML, …), as bytes (raw from Avro, base64 in JSON), as a
+    one-element array (text and binary arrays), as the placeholder's bytes as numbers (integer
+    arrays), or as a one-entry map (hstore). ``schema``: the column's Connect schema, if any (a
+    base64 text is taken for bytes only where the schema says bytes, or where there is none)."""
+    if value is None:
+        return False
+    text, raw = _placeholders(placeholder)
+    encoded = base64.b64encode(raw).decode("ascii")
+    kind = (schema or {}).get("type")
+    if isinstance(value, str):
+        return value == text or (value == encoded and kind in (None, "bytes"))
+    if isinstance(value, bytes | bytearray):
+        return bytes(value) == raw
+    if isinstance(value, list):
+        return value in ([text], [encoded], [raw], list(raw))
+    if isinstance(value, dict):
+        return value == {text: text}
+    return False
+
+
+def _available(
+    row: dict[str, Any],
+    before: Mapping[str, Any] | None,
+    schemas: Mapping[str, Any],
+    placeholder: str,
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``row`` with the placeholder's columns taken from ``before`` where it has them (a table
+    with ``REPLICA IDENTITY FULL`` sends the old row whole), and the columns still unavailable
+    (their value None: never written as data)."""
+    missing: list[str] = []
+    for column, value in row.items():
+        if not is_unavailable(value, placeholder, schemas.get(column)):
+            continue
+        old = (before or {}).get(column)
+        if old is not None and not is_unavailable(old, placeholder, schemas.get(column)):
+            row[column] = old
+        else:
+            row[column] = None
+            missing.append(column)
+    return row, tuple(missing)
+
+
 def key_id(key: Any) -> str | None:
     """The row id a message key stands for: its one field's value as text; a key of several
     fields: their values as a JSON array (in the key's field order)."""
@@ -323,30 +385,31 @@ def read_debezium(feed: Feed, record: Received, decode: Decode) -> Item | None:
     if table is None:
         raise _invalid(record, f"topic {record.topic!r} is not one of the feed's")
     op = value.get("op")
-    if op == "t":
-        return DataEvent(record, table, "T", None, None, "", None, record.offset)
-    if op not in DEBEZIUM_OPS:
+    if op != "t" and op not in DEBEZIUM_OPS:
         raise _invalid(record, f"op {op!r} is not one of c, u, d, r, t")
-    mapped = DEBEZIUM_OPS[op]
-    part = "before" if mapped == "D" else "after"
-    row = _row(value.get(part), _field_schemas(schema, part), record, part)
-    if row is None:
-        raise _invalid(record, f"op {op!r} without '{part}'")
     source = value.get("source")
     if not isinstance(source, dict):
         raise _invalid(record, "no 'source' block")
     tx = value.get("transaction")
     tx_id = tx.get("id") if isinstance(tx, dict) else None
     order = tx.get("data_collection_order") if isinstance(tx, dict) else None
+    transaction = None if tx_id is None else transaction_key(str(tx_id))
+    place = int(order) if isinstance(order, int) else record.offset
+    position = source_position(source, record)
+    if op == "t":  # every row of the table, in its transaction (``SourceTransaction.parts``)
+        return DataEvent(record, table, "T", None, None, position, transaction, place)
+    mapped = DEBEZIUM_OPS[op]
+    part = "before" if mapped == "D" else "after"
+    schemas = _field_schemas(schema, part)
+    row = _row(value.get(part), schemas, record, part)
+    if row is None:
+        raise _invalid(record, f"op {op!r} without '{part}'")
+    unavailable: tuple[str, ...] = ()
+    if mapped != "D":
+        before = _row(value.get("before"), _field_schemas(schema, "before"), record, "before")
+        row, unavailable = _available(row, before, schemas, feed.placeholder)
     return DataEvent(
-        record,
-        table,
-        mapped,
-        row,
-        key_id(key),
-        source_position(source, record),
-        None if tx_id is None else transaction_key(str(tx_id)),
-        int(order) if isinstance(order, int) else record.offset,
+        record, table, mapped, row, key_id(key), position, transaction, place, unavailable
     )
 
 
@@ -394,6 +457,22 @@ def read_dms(feed: Feed, record: Received, decode: Decode) -> Item | None:
 # -- source transactions ----------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Part:
+    """One action of a source transaction: a run of one table's events, or a truncate."""
+
+    schema: str
+    location: str
+    """``changes:<transaction id>/<schema>``, then ``#<n>`` for the n-th part after a truncate."""
+    truncate: bool
+    events: tuple[DataEvent, ...]
+
+
+def unavailable_kept(rows: Iterable[Mapping[str, Any]]) -> int:
+    """How many values of staged rows the source did not send (their stored values kept)."""
+    return sum(1 for row in rows for column in row if column.startswith(FLAGS))
+
+
 @dataclass
 class SourceTransaction:
     """What one request of the batch stands for: a source transaction, a chunk of events
@@ -411,44 +490,71 @@ class SourceTransaction:
     def transaction_id(self) -> str:
         return self.feed.transaction_id(self.source_id)
 
-    def locations(self) -> dict[str, str]:
-        """schema name → the ``locationUri`` of its rows."""
-        schemas = sorted(
-            {self.feed.tables[e.table] for e in self.events if e.table in self.feed.tables}
-        )
-        return {s: f"{SCHEME}{self.transaction_id}/{s}" for s in schemas}
+    def parts(self) -> list[Part]:
+        """What it writes, per table in the transaction's order: runs of rows, cut by each
+        truncate of the table (every row deleted before the rows after it apply)."""
+        by_schema: dict[str, list[DataEvent]] = {}
+        for e in self.events:
+            schema = self.feed.tables.get(e.table)
+            if schema is not None:
+                by_schema.setdefault(schema, []).append(e)
+        out: list[Part] = []
+        for schema in sorted(by_schema):
+            pieces: list[tuple[bool, list[DataEvent]]] = []
+            run: list[DataEvent] = []
+            for e in by_schema[schema]:
+                if e.op != "T":
+                    run.append(e)
+                    continue
+                if run:
+                    pieces.append((False, run))
+                    run = []
+                pieces.append((True, []))
+            if run or not pieces:
+                pieces.append((False, run))
+            base = f"{SCHEME}{self.transaction_id}/{schema}"
+            for n, (truncate, events) in enumerate(pieces):
+                location = base if n == 0 else f"{base}#{n}"
+                out.append(Part(schema, location, truncate, tuple(events)))
+        return out
 
-    def rows(self, schema: str) -> list[dict[str, Any]]:
-        """The schema's rows in the DMS shape, in the transaction's order."""
-        events = [e for e in self.events if self.feed.tables.get(e.table) == schema]
+    def rows(self, location: str) -> list[dict[str, Any]] | None:
+        """The rows staged at ``location`` (one of ``parts``) in the DMS shape, in the
+        transaction's order; None: not one of its locations."""
+        part = next((p for p in self.parts() if p.location == location), None)
+        if part is None:
+            return None
         out = []
-        for e in events:
+        for e in part.events:
             row = dict(e.row or {})
             row[OP_COLUMN] = e.op
             row[KEY_COLUMN] = e.key
             row[POSITION_COLUMN] = e.position
+            for column in e.unavailable:  # the stored value stays (``core.fold.MISSING``)
+                row[f"{FLAGS}{column}"] = MISSING
             out.append(row)
         return out
 
     def request(self) -> dict[str, Any]:
-        """The transaction request it becomes (the rows staged apart, by location)."""
-        targets = self.locations() or {
-            schema: f"{SCHEME}{self.transaction_id}/{schema}"
+        """The transaction request it becomes (the rows staged apart, by location): an UPSERT of
+        each run of rows, a MERGE of no rows for each truncate (every row of the table deleted)."""
+        parts = self.parts() or [
+            Part(schema, f"{SCHEME}{self.transaction_id}/{schema}", False, ())
             for schema in sorted(set(self.feed.tables.values()))[:1]
-        }
+        ]
         actions = [
             {
-                "operation": "UPSERT",
+                "operation": "MERGE" if part.truncate else "UPSERT",
                 "format": "DMS",
-                "locationUri": uri,
-                "target": schema,
+                "locationUri": part.location,
+                "target": part.schema,
                 "columnFormat": "AS_SPECIFIED",
                 "columnMapping": {
                     **({"id": KEY_COLUMN} if self.feed.format == "debezium" else {}),
                     self.feed.position_property: POSITION_COLUMN,
                 },
             }
-            for schema, uri in targets.items()
+            for part in parts
         ]
         return {
             "transactionId": self.transaction_id,
@@ -493,9 +599,25 @@ class Assembly:
     waiting: list[Received]
 
 
-def assemble(feed: Feed, records: Iterable[Received], decode: Decode, now: datetime) -> Assembly:
+Committed = Callable[[Sequence[str]], Collection[str]]
+"""Transaction ids → those the ledger holds (committed before)."""
+
+
+def _none_committed(ids: Sequence[str]) -> Collection[str]:
+    return ()
+
+
+def assemble(
+    feed: Feed,
+    records: Iterable[Received],
+    decode: Decode,
+    now: datetime,
+    committed: Committed = _none_committed,
+) -> Assembly:
     """The feed's records of this batch and those waiting from earlier ones → what is ready to
-    apply and what waits (module docstring)."""
+    apply and what waits (module docstring). ``committed`` is asked once, for the incomplete
+    transactions whose END is in: one the ledger holds is a part the connector sent again
+    (restarted from older offsets) — handed on at once, to be found DUPLICATE, never held."""
     read = read_debezium if feed.format == "debezium" else read_dms
     unique = {r.sort_key(): r for r in records}
     ordered = [unique[k] for k in sorted(unique)]
@@ -547,9 +669,11 @@ def assemble(feed: Feed, records: Iterable[Received], decode: Decode, now: datet
         return records, [e for e in got if e.table in feed.tables]
 
     by_commit = sorted(ends, key=lambda tx: ends[tx].record.sort_key())
+    incomplete = [feed.transaction_id(ends[tx].id) for tx in by_commit if not complete(tx)]
+    resent = set(committed(incomplete)) if incomplete else set()
     held = False
     for tx in by_commit:
-        if not held and complete(tx):
+        if not held and (complete(tx) or feed.transaction_id(ends[tx].id) in resent):
             records, found = take(tx)
             if found:  # else it touched none of the feed's tables: nothing to apply
                 transactions.append(_transaction(feed, tx, records, found, ends[tx]))
@@ -589,7 +713,7 @@ def assemble(feed: Feed, records: Iterable[Received], decode: Decode, now: datet
         chunked = SourceTransaction(
             feed, source_id, [e.record for e in chunk], list(chunk), error, chunk[0].record
         )
-        chunks.append(_truncate_checked(chunked))
+        chunks.append(chunked)
     waiting = sorted((r for rs in records_of.values() for r in rs), key=Received.sort_key)
     return Assembly([*unreadable, *chunks, *transactions], waiting)
 
@@ -602,20 +726,9 @@ def _transaction(
     end: Boundary,
     error: RejectedError | None = None,
 ) -> SourceTransaction:
-    item = SourceTransaction(
+    return SourceTransaction(
         feed, end.id, sorted(records, key=Received.sort_key), events, error, end.record
     )
-    return _truncate_checked(item)
-
-
-def _truncate_checked(item: SourceTransaction) -> SourceTransaction:
-    if item.error is None and any(e.op == "T" for e in item.events):
-        item.error = RejectedError(
-            f"source transaction {item.source_id} truncates a table: truncates are not applied "
-            "(keep Debezium's default skipped.operations=t, or reload the table with a REPLACE)",
-            code="TRUNCATE_NOT_SUPPORTED",
-        )
-    return item
 
 
 def _incomplete(
@@ -641,12 +754,12 @@ def decode_changes_request(payload: bytes) -> Any:
     return json.loads(payload.decode("utf-8"))
 
 
-def staged_at(uri: str) -> tuple[str, str] | None:
-    """(transaction id, schema) of a staged rows location, or None."""
+def staged_at(uri: str) -> str | None:
+    """The transaction id of a staged rows location, or None."""
     if not uri.startswith(SCHEME):
         return None
     tx, _, schema = uri.removeprefix(SCHEME).rpartition("/")
-    return (tx, schema) if tx and schema else None
+    return tx if tx and schema else None
 
 
 def utc(value: datetime | None) -> datetime:

@@ -340,6 +340,14 @@ class ChangeFeedConfig(_Strict):
         description="Events of incomplete transactions kept at most; beyond, "
         "the oldest incomplete transaction is REJECTED as after `max_wait`",
     )
+    unavailable_value_placeholder: str = Field(
+        "__debezium_unavailable_value",
+        min_length=1,
+        description="debezium: the connector's `unavailable.value.placeholder`: a column "
+        "holding it (a value PostgreSQL did not send: an unchanged TOASTed text, JSON, bytea "
+        "or array) keeps its stored value, or takes the event's `before` value where there is "
+        "one (REPLICA IDENTITY FULL); never written as data",
+    )
 
     @model_validator(mode="after")
     def _topics_given(self) -> ChangeFeedConfig:

@@ -37,6 +37,9 @@ class ActionOutcome(BaseModel):
     skipped: int = 0
     stale: int = 0
     """Changes older than the stored row (watermark), ignored."""
+    unavailable: int = 0
+    """Values a change feed's source did not send (Debezium's unavailable-value placeholder:
+    PostgreSQL's unchanged TOASTed columns), their stored values kept."""
 
 
 class Outcome(BaseModel):

@@ -108,6 +108,8 @@ class Events:
     column_format: ColumnFormat
     column_mapping: Mapping[str, str]
     format: DataFormat = DataFormat.DMS
+    truncate: bool = False
+    """A truncate of the table (no rows; the action a MERGE: every stored row deleted)."""
 
 
 Staged = Callable[[str, str], Sequence[Mapping[str, Any]] | None]
@@ -426,19 +428,24 @@ def _action_loads(
             scope = _scope(rows.filter, target, where)
             reads |= {ctx.layout.table(request.dataset, target.name)}
         return [(target, rows, scope, reads)]
-    if op in (Operation.MERGE, Operation.REPLACE):
-        raise RejectedError(f"{where}: {op} needs a source schema", code="MISSING_FIELD")
-    assert action.location_uri is not None
-    staged = ctx.staged(request.transaction_id, action.location_uri) if ctx.staged else None
+    uri = action.location_uri
+    staged = ctx.staged(request.transaction_id, uri) if ctx.staged and uri else None
     if staged is not None:
+        assert uri is not None
         target = targets[0]
+        truncate = op is Operation.MERGE  # of no rows: every stored row deleted
         events = Events(
-            action.location_uri,
+            uri,
             tuple(staged),
             _column_format(action, target, DataFormat.DMS),
             {**target.column_mapping, **action.column_mapping},
+            truncate=truncate,
         )
-        return [(target, events, None, frozenset())]
+        reads = frozenset({ctx.layout.table(request.dataset, target.name)} if truncate else ())
+        return [(target, events, None, reads)]
+    if op in (Operation.MERGE, Operation.REPLACE):
+        raise RejectedError(f"{where}: {op} needs a source schema", code="MISSING_FIELD")
+    assert action.location_uri is not None
     if action.location_uri.startswith(("delta://", "table://")):
         if action.target is None:
             raise RejectedError(

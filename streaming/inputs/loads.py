@@ -462,7 +462,8 @@ def _events_together(
         source = load.source
         if isinstance(source, Events):
             mapping = tuple(sorted(source.column_mapping.items()))
-            groups[(load.writes, load.kind, source.column_format, mapping)].append(load)
+            key = (load.writes, load.operation, source.column_format, mapping)
+            groups[key].append(load)
         else:
             rest.append(load)
     return [Loaded(tuple(g), _events_frame(spark, g, reader)) for g in groups.values()], rest
@@ -476,6 +477,10 @@ def _events_frame(spark: SparkSession, group: Sequence[Load], reader: Reader) ->
         for index, row in enumerate(load.source.rows):
             columns.update(dict.fromkeys(row))
             rows.append((load.ordinal, load.transaction_id, index, json.dumps(row, default=str)))
+    if not rows:  # truncates: no rows, the columns a row would have
+        first = group[0].source
+        assert isinstance(first, Events)
+        columns.update(dict.fromkeys([first.column_mapping.get("id", "id"), "Op"]))
     sources, _ = resolve_sources(group[0], list(columns))
     nested = {
         sources[f.name]: f.dataType
@@ -579,8 +584,6 @@ def _changes_of(
     row belongs to (one load, or per file of loads read together, ``_dms_together``)."""
     schema = load.schema
     props = schema.data_columns()
-    files = load.source if isinstance(load.source, Files) else None
-    extended = files is not None and files.format is DataFormat.EXTENDED
     sources, present = resolve_sources(load, raw.columns)
     types = {f.name: f.dataType for f in spark_schema(schema).fields}
     uncastable = {
@@ -605,13 +608,13 @@ def _changes_of(
     )
     corrupt = F.col(CORRUPT).isNotNull() if CORRUPT in raw.columns else F.lit(False)
     row = F.col(ROW) if ROW in raw.columns else F.lit(0)
-    flagged = [p for p in props if f"{FLAGS}{p}" in raw.columns] if extended else []
+    flagged = _flag_columns(load, props, sources, raw.columns)
     flags = (
         F.create_map(
             *[
                 part
-                for p in flagged
-                for part in (F.lit(p), F.coalesce(F.col(f"`{FLAGS}{p}`").cast("long"), F.lit(0)))
+                for p, c in flagged.items()
+                for part in (F.lit(p), F.coalesce(F.col(f"`{c}`").cast("long"), F.lit(0)))
             ]
         )
         if flagged
@@ -634,6 +637,21 @@ def _changes_of(
         _bad_op(load, raw).alias(BAD_OP),
     )
     return _with_scope_deletes(load, reader, changes, version)
+
+
+def _flag_columns(
+    load: Load, props: Sequence[str], sources: Mapping[str, str], columns: Sequence[str]
+) -> dict[str, str]:
+    """Property → the column of its flags (``core.fold``'s MISSING, AGGREGATE): the extended
+    format's ``$flags:<property>``; a change feed's staged ``$flags:<column>`` (a value the
+    source did not send, ``core.changefeed``), named as the column feeding the property."""
+    if isinstance(load.source, Events):
+        named = {p: f"{FLAGS}{sources[p]}" for p in props if p in sources}
+    elif isinstance(load.source, Files) and load.source.format is DataFormat.EXTENDED:
+        named = {p: f"{FLAGS}{p}" for p in props}
+    else:
+        return {}
+    return {p: c for p, c in named.items() if c in columns}
 
 
 _NESTED = (ArrayType, MapType, StructType)

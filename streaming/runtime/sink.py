@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -48,13 +48,14 @@ from streaming.core.changefeed import (
     assemble,
     decode_changes_request,
     staged_at,
+    unavailable_kept,
 )
 from streaming.core.errors import CdcError, FailedError, LeaseLost, RejectedError
 from streaming.core.faults import crash_point
 from streaming.core.fold import EFFECTS, Effect
 from streaming.core.layout import Layout, ObjectTable
 from streaming.core.outcomes import ActionOutcome, ErrorInfo, Outcome, Status
-from streaming.core.plan import Load, PlannedTransaction, plan_transaction
+from streaming.core.plan import Events, Load, PlannedTransaction, plan_transaction
 from streaming.core.requests import Operation
 from streaming.core.steps import segments, waves
 from streaming.inputs.loads import Loaded, changes_only, load_wave
@@ -294,7 +295,7 @@ class Sink:
             records = [*before.get(feed.name, []), *new.get(feed.name, [])]
             if not records:
                 continue
-            assembly = assemble(feed, records, self.decode_change, at)
+            assembly = assemble(feed, records, self.decode_change, at, self._ledger_holds)
             if assembly.waiting:
                 after[feed.name] = assembly.waiting
             for place, item in enumerate(assembly.ready):
@@ -303,6 +304,10 @@ class Sink:
                 raws.append(RawRequest(position, item.payload(), anchor.received_at))
                 staged[item.transaction_id] = item
         return _FeedBatch(raws, staged, before, after)
+
+    def _ledger_holds(self, ids: Sequence[str]) -> Collection[str]:
+        """Which of ``ids`` the ledger holds (a source transaction a connector sent again)."""
+        return ledger.committed(self.spark, self.layout.ledger, ids, self.committed_ids).keys()
 
     def _decode(self, raw: RawRequest) -> object:
         if raw.position.kind == "changes":
@@ -709,13 +714,12 @@ def _staged_rows(
 ) -> list[dict[str, object]] | None:
     """The rows a source transaction's action names (``core.plan.Staged``); a transaction that
     cannot be applied (incomplete, unreadable, a truncate) is rejected with its error here."""
-    where = staged_at(uri)
     item = staged.get(transaction_id)
-    if where is None or item is None or where[0] != transaction_id:
+    if item is None or staged_at(uri) != transaction_id:
         return None
     if item.error is not None:
         raise item.error
-    return item.rows(where[1])
+    return item.rows(uri)
 
 
 def _fixed(at: datetime) -> datetime:
@@ -790,11 +794,13 @@ def _committed(
     outcome = _outcome(raw, commit, Status.COMMITTED)
     for load in plan.loads:
         counts, version = applied.loads[load.ordinal]
+        events = load.source if isinstance(load.source, Events) else None
         outcome.actions.append(
             ActionOutcome(
                 index=load.action_index,
-                operation=load.operation.value,
+                operation="TRUNCATE" if events and events.truncate else load.operation.value,
                 target=load.schema.name,
+                unavailable=unavailable_kept(events.rows) if events else 0,
                 **counts,
             )
         )

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -16,15 +19,19 @@ from streaming.core.changefeed import (
     KEY_COLUMN,
     OP_COLUMN,
     POSITION_COLUMN,
+    DataEvent,
     Received,
+    SourceTransaction,
     assemble,
     connect_value,
     decode_changes_request,
     decode_json_value,
     feed_of,
+    is_unavailable,
     key_id,
     read_debezium,
     source_position,
+    unavailable_kept,
 )
 from streaming.core.config import ChangeFeedConfig
 from streaming.core.errors import ConfigError, RejectedError
@@ -34,6 +41,13 @@ from tests.support.debezium import T0, Topics, feed, wrap
 
 CUST, ORD = "public.customers", "public.orders"
 LATER = T0 + timedelta(seconds=5)
+
+
+def rows_of(tx: SourceTransaction, schema: str) -> list[dict[str, Any]]:
+    """The rows ``tx`` stages for ``schema`` (its first part)."""
+    rows = tx.rows(f"changes:{tx.transaction_id}/{schema}")
+    assert rows is not None
+    return rows
 
 
 def ready_ids(assembly) -> list[str]:
@@ -144,9 +158,9 @@ def test_a_transaction_is_ready_when_its_end_and_all_its_events_are_in() -> None
     assert ready_ids(out) == ["tx1"] and out.waiting == []
     tx = out.ready[0]
     assert tx.transaction_id == "debezium:pg:tx1"
-    assert [r[OP_COLUMN] for r in tx.rows("shop.Customer")] == ["I", "U"]
-    assert [r[KEY_COLUMN] for r in tx.rows("shop.Order")] == ["10"]
-    assert sorted(tx.locations()) == ["shop.Customer", "shop.Order"]
+    assert [r[OP_COLUMN] for r in rows_of(tx, "shop.Customer")] == ["I", "U"]
+    assert [r[KEY_COLUMN] for r in rows_of(tx, "shop.Order")] == ["10"]
+    assert sorted(p.schema for p in tx.parts()) == ["shop.Customer", "shop.Order"]
 
 
 def test_events_of_an_unfinished_transaction_wait_and_complete_later() -> None:
@@ -180,7 +194,7 @@ def test_events_sent_again_by_a_restarted_connector_count_once() -> None:
     again.transaction("tx1", [(CUST, "c", {"id": 1}), (CUST, "u", {"id": 1})])
     out = assemble(feed(), [*records, *again.take()], decode_json_value, T0)
     assert ready_ids(out) == ["tx1"]
-    assert len(out.ready[0].rows("shop.Customer")) == 2
+    assert len(rows_of(out.ready[0], "shop.Customer")) == 2
 
 
 def test_a_transaction_incomplete_after_max_wait_is_rejected_and_later_ones_go_on() -> None:
@@ -251,16 +265,184 @@ def test_a_kafka_tombstone_is_no_change() -> None:
     assert out.ready == [] and out.waiting == []
 
 
-def test_a_truncate_rejects_its_transaction() -> None:
+def truncate(topics: Topics, table: str, tx: str, order: int) -> Received:
+    """Debezium's truncate event of ``table`` in ``tx`` (``op = t``: no before, no after)."""
+    topics.lsn += 10
+    value = {
+        "op": "t",
+        "before": None,
+        "after": None,
+        "source": {"connector": "postgresql", "lsn": topics.lsn},
+        "transaction": {"id": tx, "total_order": order, "data_collection_order": order},
+    }
+    return topics._add(f"{topics.prefix}.{table}", None, value)
+
+
+def test_a_truncate_deletes_every_row_between_the_rows_around_it() -> None:
     topics = Topics()
     topics.begin("tx1")
-    record = topics._add(
-        "pg.public.customers", None, {"op": "t", "source": {}, "transaction": {"id": "tx1"}}
-    )
-    topics.end("tx1", {CUST: 1})
+    topics.event(CUST, "c", {"id": 1, "name": "Ada"}, tx="tx1", order=1)
+    truncate(topics, CUST, "tx1", 2)
+    topics.event(CUST, "c", {"id": 2, "name": "Bob"}, tx="tx1", order=3)
+    topics.event(ORD, "c", {"id": 10}, tx="tx1", order=1)
+    topics.end("tx1", {CUST: 3, ORD: 1})
     out = assemble(feed(), topics.take(), decode_json_value, T0)
-    assert record.topic.endswith("customers")
-    assert [t.error.code for t in out.ready] == ["TRUNCATE_NOT_SUPPORTED"]
+    (tx,) = out.ready
+    assert tx.error is None
+    parts = [(p.schema, p.truncate, [e.key for e in p.events]) for p in tx.parts()]
+    assert parts == [
+        ("shop.Customer", False, ["1"]),
+        ("shop.Customer", True, []),
+        ("shop.Customer", False, ["2"]),
+        ("shop.Order", False, ["10"]),
+    ]
+    actions = tx.request()["actions"]
+    assert [(a["operation"], a["locationUri"]) for a in actions] == [
+        ("UPSERT", "changes:debezium:pg:tx1/shop.Customer"),
+        ("MERGE", "changes:debezium:pg:tx1/shop.Customer#1"),
+        ("UPSERT", "changes:debezium:pg:tx1/shop.Customer#2"),
+        ("UPSERT", "changes:debezium:pg:tx1/shop.Order"),
+    ]
+    assert tx.rows("changes:debezium:pg:tx1/shop.Customer#1") == []
+    assert [r[KEY_COLUMN] for r in tx.rows("changes:debezium:pg:tx1/shop.Customer#2") or []] == [
+        "2"
+    ]
+
+
+def test_a_truncate_alone_is_one_merge_of_no_rows_and_its_transaction_waits_for_it() -> None:
+    topics = Topics()
+    topics.begin("tx1")
+    topics.end("tx1", {CUST: 1})
+    waiting = assemble(feed(), topics.take(), decode_json_value, T0)
+    assert waiting.ready == [] and len(waiting.waiting) == 2
+    truncate(topics, CUST, "tx1", 1)
+    out = assemble(feed(), [*waiting.waiting, *topics.take()], decode_json_value, T0)
+    (tx,) = out.ready
+    assert [(a["operation"], a["target"]) for a in tx.request()["actions"]] == [
+        ("MERGE", "shop.Customer")
+    ]
+
+
+def test_an_unchanged_toasted_value_is_not_data_and_keeps_the_stored_one() -> None:
+    topics = Topics()
+    topics.transaction(
+        "tx1",
+        [
+            (CUST, "u", {"id": 1, "name": "Ada", "body": "__debezium_unavailable_value"}),
+            (CUST, "u", {"id": 2, "name": "Bob", "tags": ["__debezium_unavailable_value"]}),
+            (CUST, "u", {"id": 3, "name": "Cy", "body": "real text"}),
+        ],
+    )
+    out = assemble(feed(), topics.take(), decode_json_value, T0)
+    rows = rows_of(out.ready[0], "shop.Customer")
+    assert [(r["body"] if "body" in r else r["tags"]) for r in rows] == [None, None, "real text"]
+    assert [sorted(c for c in r if c.startswith("$flags:")) for r in rows] == [
+        ["$flags:body"],
+        ["$flags:tags"],
+        [],
+    ]
+    assert rows[0]["$flags:body"] == 1  # core.fold.MISSING
+    assert unavailable_kept(rows) == 2
+
+
+def test_a_placeholder_with_the_row_before_takes_the_value_from_before() -> None:
+    """REPLICA IDENTITY FULL: the old row comes whole; its value is the unchanged one."""
+    record = Received(
+        "pg.public.customers",
+        0,
+        0,
+        b'{"id": 1}',
+        json.dumps(
+            {
+                "before": {"id": 1, "name": "Ada", "body": "the long text"},
+                "after": {"id": 1, "name": "Ann", "body": "__debezium_unavailable_value"},
+                "source": {"connector": "postgresql", "lsn": 5},
+                "op": "u",
+            }
+        ).encode(),
+        T0,
+        T0,
+    )
+    event = read_debezium(feed(), record, decode_json_value)
+    assert isinstance(event, DataEvent)
+    assert event.row == {"id": 1, "name": "Ann", "body": "the long text"}
+    assert event.unavailable == ()
+
+
+def test_placeholders_are_recognised_in_every_shape_debezium_gives_them() -> None:
+    mark = "__debezium_unavailable_value"
+    encoded = base64.b64encode(mark.encode()).decode()
+    assert is_unavailable(mark, mark)
+    assert is_unavailable(mark.encode(), mark)  # bytes from Avro
+    assert is_unavailable(encoded, mark, {"type": "bytes"})  # bytes in JSON: base64
+    assert not is_unavailable(encoded, mark, {"type": "string"})
+    assert is_unavailable([mark], mark) and is_unavailable([encoded], mark)
+    assert is_unavailable(list(mark.encode()), mark)  # an int array: the placeholder's bytes
+    assert is_unavailable({mark: mark}, mark)  # hstore
+    assert not is_unavailable("another text", mark) and not is_unavailable(None, mark)
+    assert not is_unavailable([mark, "x"], mark) and not is_unavailable(7, mark)
+    assert is_unavailable("??", "hex:3f3f") and is_unavailable(b"??", "hex:3f3f")
+
+
+def test_the_configured_placeholder_is_the_one_recognised() -> None:
+    topics = Topics()
+    topics.transaction("tx1", [(CUST, "u", {"id": 1, "body": "<toasted>", "name": "x"})])
+    records = topics.take()
+    mine = replace(feed(), placeholder="<toasted>")
+    assert (
+        rows_of(assemble(mine, records, decode_json_value, T0).ready[0], "shop.Customer")[0]["body"]
+        is None
+    )
+    default = rows_of(assemble(feed(), records, decode_json_value, T0).ready[0], "shop.Customer")
+    assert default[0]["body"] == "<toasted>"
+
+
+def test_a_part_of_a_committed_transaction_sent_again_is_handed_on_not_held() -> None:
+    """A connector restarted from older offsets sends the tail of a transaction the job
+    applied, with its END: the ledger knows the END's id, so it is not held for its missing
+    events (which would hold every later commit for ``max_wait``) but handed on — to be found
+    DUPLICATE by triage."""
+    topics = Topics()
+    topics.begin("tx1")
+    topics.event(CUST, "u", {"id": 1}, tx="tx1", order=2)  # the tail: event 1 of 2 not sent
+    topics.end("tx1", {CUST: 2})
+    topics.transaction("tx2", [(CUST, "c", {"id": 5})])
+    records = topics.take()
+    asked: list[list[str]] = []
+
+    def ledger(ids: Sequence[str]) -> set[str]:
+        asked.append(list(ids))
+        return {"debezium:pg:tx1"} & set(ids)
+
+    out = assemble(feed(), records, decode_json_value, T0, ledger)
+    assert asked == [["debezium:pg:tx1"]]  # only the incomplete one is looked up
+    assert ready_ids(out) == ["tx1", "tx2"] and out.waiting == []
+    assert out.ready[0].error is None
+    held = assemble(feed(), records, decode_json_value, T0)  # not in the ledger: it waits
+    assert ready_ids(held) == [] and len(held.waiting) == len(records)
+
+
+def test_a_source_transaction_sent_again_in_part_is_a_duplicate_not_an_id_reused() -> None:
+    """Triage: the same id with other actions is TRANSACTION_ID_REUSED for a request, a repeat
+    (DUPLICATE) for a source transaction, whose id names its commit for good."""
+    whole = {
+        "transactionId": "debezium:pg:tx1",
+        "dataset": "shop",
+        "actions": [
+            {"operation": "UPSERT", "locationUri": "changes:debezium:pg:tx1/shop.Customer"},
+            {"operation": "UPSERT", "locationUri": "changes:debezium:pg:tx1/shop.Order"},
+        ],
+    }
+    part = {**whole, "actions": whole["actions"][1:]}
+
+    def raw(kind: str, value: dict[str, Any], place: int) -> RawRequest:
+        position = SourcePosition(kind, f"kafka:t[0]@{place}", 0, place)
+        return RawRequest(position, json.dumps(value).encode(), T0)
+
+    verdicts = triage([raw("changes", whole, 0), raw("changes", part, 1)], {}, 0)
+    assert [type(v).__name__ for v in verdicts] == ["Admitted", "Repeated"]
+    requests = triage([raw("kafka", whole, 0), raw("kafka", part, 1)], {}, 0)
+    assert [type(v).__name__ for v in requests] == ["Admitted", "Refused"]
 
 
 def test_an_unreadable_record_is_rejected_alone() -> None:
@@ -304,7 +486,7 @@ def test_a_source_transaction_is_a_request_planned_from_its_staged_rows(tmp_path
     datasets = {"shop": parse_dataset("shop", yaml.safe_load(SHOP))}
 
     def staged(tid: str, uri: str):
-        return tx.rows(uri.rsplit("/", 1)[1]) if tid == tx.transaction_id else None
+        return tx.rows(uri) if tid == tx.transaction_id else None
 
     plan = plan_transaction(
         verdict.request,
@@ -466,8 +648,8 @@ def test_real_transaction_assembles_from_its_begin_events_and_end() -> None:
     end = EXAMPLES["transaction_end"]["value"]["payload"]
     assert ready_ids(out) == [end["id"]] and out.waiting == []
     tx = out.ready[0]
-    assert [r[OP_COLUMN] for r in tx.rows("shop.Customer")] == ["I", "U"]
-    assert [r[OP_COLUMN] for r in tx.rows("shop.Order")] == ["I", "D"]
+    assert [r[OP_COLUMN] for r in rows_of(tx, "shop.Customer")] == ["I", "U"]
+    assert [r[OP_COLUMN] for r in rows_of(tx, "shop.Order")] == ["I", "D"]
 
 
 # -- Avro (the Confluent wire format) and DMS's Kafka target --------------------------------------
@@ -571,7 +753,7 @@ def test_avro_events_in_the_wire_format_assemble_like_json(tmp_path: Path) -> No
 
     out = assemble(feed(), records, decode, T0)
     assert ready_ids(out) == [end_id]
-    rows = out.ready[0].rows("shop.Customer")
+    rows = rows_of(out.ready[0], "shop.Customer")
     assert [(r[OP_COLUMN], r[KEY_COLUMN], r["name"]) for r in rows] == [
         ("I", "1", "Ann"),
         ("U", "1", "Anne"),
@@ -624,7 +806,7 @@ def test_dms_kafka_messages_are_changes_per_key_in_a_chunk() -> None:
     assert ready_ids(out) == ["dms.all[0]@0-2"]
     tx = out.ready[0]
     assert tx.transaction_id == "dms:dmsk:dms.all[0]@0-2"
-    rows = tx.rows("shop.Customer")
+    rows = rows_of(tx, "shop.Customer")
     assert [r[OP_COLUMN] for r in rows] == ["I", "U", "D"]
     assert [r[POSITION_COLUMN] for r in rows] == sorted(r[POSITION_COLUMN] for r in rows)
     request = tx.request()
