@@ -47,6 +47,8 @@ SCALAR_TYPES = frozenset(
     ["string", "integer", "number", "boolean", "date", "datetime", "timestamp", "decimal", "binary"]
 )
 """The scalar property types (their Spark types: ``storage.schemas.SPARK_TYPES``)."""
+DECIMAL_DIGITS = (38, 9)
+"""A decimal property's precision and scale unless its definition gives them."""
 # A composite type and the key holding its element definition(s).
 COMPOSITE_TYPES = {"array": "items", "map": "values", "object": "properties"}
 META_COLUMNS = ("id", "version", "created", "updated", "hash")
@@ -104,6 +106,10 @@ class PropertyDef(_Model):
     items: PropertyDef | None = None
     values: PropertyDef | None = None
     properties: dict[Name, PropertyDef] | None = None
+    precision: int | None = Field(None, ge=1, le=38)
+    """decimal: its digits in all (with ``scale``); neither given: 38 and 9."""
+    scale: int | None = Field(None, ge=0, le=38)
+    """decimal: its digits after the point."""
 
     @field_validator("type")
     @classmethod
@@ -121,7 +127,21 @@ class PropertyDef(_Model):
         clash = _case_clash(self.properties or ())
         if clash is not None:
             raise ValueError(f"property {clash!r} is declared twice (names ignore case)")
+        sized = (self.precision is not None, self.scale is not None)
+        if any(sized) and self.base_type != "decimal":
+            raise ValueError("'precision' and 'scale' are only for type decimal")
+        if sized in ((True, False), (False, True)):
+            raise ValueError("a decimal takes 'precision' and 'scale' together")
+        if self.precision is not None and self.scale is not None and self.scale > self.precision:
+            raise ValueError(f"scale {self.scale} is more than precision {self.precision}")
         return self
+
+    @property
+    def decimal_digits(self) -> tuple[int, int]:
+        """A decimal's (precision, scale): as given, else (38, 9)."""
+        if self.precision is not None and self.scale is not None:
+            return self.precision, self.scale
+        return DECIMAL_DIGITS
 
     @property
     def base_type(self) -> str:

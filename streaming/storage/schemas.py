@@ -25,7 +25,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from streaming.core.catalog import PropertyDef, SchemaDef
+from streaming.core.catalog import DECIMAL_DIGITS, PropertyDef, SchemaDef
 
 SPARK_TYPES: dict[str, DataType] = {
     "string": StringType(),
@@ -35,7 +35,7 @@ SPARK_TYPES: dict[str, DataType] = {
     "date": DateType(),
     "datetime": TimestampType(),
     "timestamp": TimestampType(),
-    "decimal": DecimalType(38, 9),
+    "decimal": DecimalType(*DECIMAL_DIGITS),
     "binary": BinaryType(),
 }
 """The Spark type of each scalar property type (``core.catalog.SCALAR_TYPES``)."""
@@ -49,6 +49,8 @@ def spark_type(prop: PropertyDef) -> DataType:
         return MapType(StringType(), spark_type(prop.values))
     if prop.properties is not None:
         return StructType([StructField(n, spark_type(p)) for n, p in prop.properties.items()])
+    if prop.base_type == "decimal":
+        return DecimalType(*prop.decimal_digits)
     return SPARK_TYPES[prop.base_type]
 
 

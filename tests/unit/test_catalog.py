@@ -471,3 +471,40 @@ def test_errors_in_a_file_name_the_file_and_the_key(tmp_path: Path) -> None:
     assert (
         caught.value.message == f"{path}: petstore.Dog.properties.age.type: unknown type 'integr'"
     )
+
+
+def test_a_decimal_takes_its_precision_and_scale_from_the_definition() -> None:
+    from pyspark.sql.types import DecimalType
+
+    from streaming.storage.schemas import spark_schema
+
+    dataset = parse_dataset(
+        "shop",
+        {
+            "shop.Item": {
+                "properties": {
+                    "price": {"type": "decimal", "precision": 10, "scale": 2},
+                    "weight": {"type": "decimal"},
+                }
+            }
+        },
+    )
+    types = {f.name: f.dataType for f in spark_schema(dataset.schemas["shop.Item"]).fields}
+    assert types == {"price": DecimalType(10, 2), "weight": DecimalType(38, 9)}
+
+
+@pytest.mark.parametrize(
+    ("definition", "why"),
+    [
+        ({"type": "number", "precision": 10, "scale": 2}, "only for type decimal"),
+        ({"type": "decimal", "precision": 10}, "together"),
+        ({"type": "decimal", "precision": 4, "scale": 6}, "more than precision"),
+        ({"type": "decimal", "precision": 39, "scale": 2}, "less than or equal to 38"),
+    ],
+)
+def test_a_wrong_decimal_size_stops_the_job_naming_the_property(
+    definition: dict[str, object], why: str
+) -> None:
+    with pytest.raises(ConfigError, match=why) as raised:
+        parse_dataset("shop", {"shop.Item": {"properties": {"price": definition}}})
+    assert "price" in raised.value.message
