@@ -246,7 +246,11 @@ def connect_value(value: Any, schema: Mapping[str, Any] | None) -> Any:
     """A column's value as Debezium's JSON carries it → a JSON value Spark casts to the schema's
     type: temporal types (epoch days, milli-, micro-, nanoseconds) as ISO text, decimals (the
     base64 bytes of the unscaled value, or Debezium's variable-scale struct) as decimal text.
-    Without a schema (``schemas.enable=false``) values are taken as they are."""
+    Bytes (Avro's) as base64 text, as the JSON converter sends them (a ``binary`` property reads
+    it back: ``inputs.loads``). Without a schema (``schemas.enable=false``) values are taken as
+    they are."""
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
     if value is None or not schema:
         return value
     name = schema.get("name") or ""

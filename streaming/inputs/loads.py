@@ -28,6 +28,7 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
+    BinaryType,
     BooleanType,
     DataType,
     LongType,
@@ -599,9 +600,13 @@ def _changes_of(
         )
     values: dict[str, Column] = {p: F.lit(None).cast(types[p]) for p in props}
     bad: list[tuple[str, Column]] = []
+    staged = isinstance(load.source, Events)
     for prop in present:
         src = F.col(f"`{sources[prop]}`")
-        values[prop] = src.try_cast(types[prop])
+        if staged and isinstance(types[prop], BinaryType):  # a change feed's bytes: base64
+            values[prop] = F.try_to_binary(src, F.lit("base64"))
+        else:
+            values[prop] = src.try_cast(types[prop])
         bad.append((prop, src.isNotNull() & values[prop].isNull()))
     columns = (
         F.array(*[F.lit(p) for p in present]) if load.kind is ChangeKind.PATCH else F.lit(None)

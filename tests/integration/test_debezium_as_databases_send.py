@@ -48,6 +48,7 @@ docs.Doc:
     title: {type: string}
     body: {type: string}
     tags: {type: array, items: {type: string}}
+    blob: {type: binary}
     sourcePosition: {type: string}
   watermark: [sourcePosition]
 docs.Note:
@@ -61,6 +62,11 @@ PLACEHOLDER = "__debezium_unavailable_value"
 LARGE = "(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 700))"
 """~22 KB of text that does not compress: stored out of line (TOAST)."""
 LARGE_TAGS = "(SELECT array_agg(md5(random()::text)) FROM generate_series(1, 300))"
+LARGE_BYTES = (
+    "(SELECT decode(string_agg(md5(random()::text), ''), 'hex') FROM generate_series(1, 700))"
+)
+KINDS = (("body", "string"), ("tags", "array"), ("blob", "bytes"))
+"""The columns stored out of line, each of its own kind (their Connect types)."""
 
 
 @pytest.fixture(scope="module")
@@ -70,9 +76,11 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresClust
 
 
 def pg_docs(pg: PostgresCluster) -> dict[str, tuple[Any, ...]]:
-    return {
-        str(r["id"]): (r["title"], r["body"], list(r["tags"] or [])) for r in pg.read_table("docs")
-    }
+    return {str(r["id"]): doc(r) for r in pg.read_table("docs")}
+
+
+def doc(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (row["title"], row["body"], list(row["tags"] or []), bytes(row["blob"] or b""))
 
 
 def pg_notes(pg: PostgresCluster) -> dict[str, str]:
@@ -87,10 +95,7 @@ def table(warehouse: Path, *parts: str) -> list[dict[str, Any]]:
 
 
 def lake_docs(warehouse: Path) -> dict[str, tuple[Any, ...]]:
-    return {
-        r["id"]: (r["title"], r["body"], list(r["tags"] or []))
-        for r in table(warehouse, "docs", "docs", "Doc")
-    }
+    return {r["id"]: doc(r) for r in table(warehouse, "docs", "docs", "Doc")}
 
 
 def lake_notes(warehouse: Path) -> dict[str, str]:
@@ -116,12 +121,16 @@ def test_toast_placeholders_truncates_and_a_resent_part_as_postgres_and_debezium
 ) -> None:
     pg = postgres
     prefix = f"pg{uuid.uuid4().hex[:6]}"
-    pg.execute("CREATE TABLE docs (id int PRIMARY KEY, title text, body text, tags text[])")
+    pg.execute(
+        "CREATE TABLE docs (id int PRIMARY KEY, title text, body text, tags text[], blob bytea)"
+    )
     pg.execute("CREATE TABLE notes (id int PRIMARY KEY, text text)")
     pg.execute("ALTER TABLE notes REPLICA IDENTITY FULL")
     with pg.transaction() as cur:
         for i in range(1, 7):
-            cur.execute(f"INSERT INTO docs VALUES ({i}, 'v1', {LARGE}, {LARGE_TAGS})")
+            cur.execute(
+                f"INSERT INTO docs VALUES ({i}, 'v1', {LARGE}, {LARGE_TAGS}, {LARGE_BYTES})"
+            )
         cur.execute("INSERT INTO notes VALUES (1, 'a'), (2, 'b'), (3, 'c')")
     # Out of line: the TOAST table holds the values (else the test proves nothing).
     (toast,) = pg.execute(
@@ -186,10 +195,10 @@ def test_toast_placeholders_truncates_and_a_resent_part_as_postgres_and_debezium
         values = [json.loads(r.value) for r in docs_topic if r.value is not None]
         updates = [v["payload"] for v in values if v["payload"]["op"] == "u"]
         sent = [
-            sum(is_unavailable(u["after"][c], PLACEHOLDER) for c in ("body", "tags"))
+            sum(is_unavailable(u["after"][c], PLACEHOLDER, {"type": kind}) for c, kind in KINDS)
             for u in updates
         ]
-        assert sum(sent[:6]) >= 6  # the first update: at least each row's body
+        assert sum(sent[:6]) >= 12  # the first update: at least each row's body and blob
 
         # 4. The tail of transaction 1 and its END sent again (a connector restarted from an
         # offset stored in the middle of it), then a new transaction.

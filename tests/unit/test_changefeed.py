@@ -816,3 +816,10 @@ def test_dms_kafka_messages_are_changes_per_key_in_a_chunk() -> None:
 def test_a_dms_message_of_another_operation_is_rejected() -> None:
     out = assemble(dms_feed(), [dms_record(0, "upsert", {"ID": 1}, "t")], decode_json_value, T0)
     assert [t.error.code for t in out.ready] == ["INVALID_CHANGE_EVENT"]
+
+
+def test_bytes_are_base64_text_whichever_converter_sent_them() -> None:
+    """Avro's bytes come as bytes, the JSON converter's as base64 text: both staged as base64
+    (a ``binary`` property decodes it), never as Python's ``b'...'``."""
+    assert connect_value(b"\x00\xffab", None) == "AP9hYg=="
+    assert connect_value("AP9hYg==", {"type": "bytes"}) == "AP9hYg=="
