@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from streaming.core.config import AppConfig, load_config
-from streaming.core.errors import CdcError
+from streaming.core.config import MIN_RETENTION_SECONDS, AppConfig, load_config
+from streaming.core.errors import CdcError, ConfigError
 from streaming.core.layout import CURRENT_FILE_MIB, Layout
 from streaming.core.outcomes import Outcome
 from streaming.runtime.logs import configure_logging
@@ -25,9 +26,19 @@ DEFAULT_CONFIG = "cdc.yaml"
 def _config(args: argparse.Namespace) -> AppConfig:
     """The config of ``--config`` (else $CDC_CONFIG, else ./cdc.yaml); logging set up by it."""
     chosen = args.config or os.environ.get("CDC_CONFIG")
-    if chosen is None and Path(DEFAULT_CONFIG).exists():
+    looked = Path.cwd() / DEFAULT_CONFIG
+    if chosen is None and looked.exists():
         chosen = DEFAULT_CONFIG
-    cfg = load_config(chosen)
+    try:
+        cfg = load_config(chosen)
+    except ConfigError as e:
+        if chosen is not None:
+            raise
+        raise ConfigError(
+            f"no {DEFAULT_CONFIG} found (looked in {looked}); give one with --config FILE or "
+            f"$CDC_CONFIG, or the whole config in CDC_* variables (these are not one: "
+            f"{e.message})"
+        ) from None
     configure_logging(cfg.log, verbose=args.verbose)
     return cfg
 
@@ -189,13 +200,29 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"{args.schema} at version {version} (the ledger's last batch)", file=sys.stderr)
     df = read_table(spark, path, version)
     order = ["id", "version"] if "version" in df.columns else df.columns[:1]
-    rows = df.orderBy(*order).collect()
+    ordered = df.orderBy(*order)
+    limit = args.limit if args.limit is not None else _screenful()
+    # The first rows only (Spark keeps the top ``limit + 1`` per task), never the whole table.
+    rows = ordered.limit(limit + 1).collect() if limit else ordered.collect()
+    more = bool(limit) and len(rows) > limit
+    rows = rows[:limit] if more else rows
     if args.json:
         for row in rows:
             print(json.dumps(row.asDict(recursive=True), default=str))
     else:
         print(format_table(df.columns, [list(r) for r in rows]))
+    if more:
+        print(
+            f"(the first {limit} rows by {', '.join(order)}; "
+            "--limit N for more, --limit 0 for all)",
+            file=sys.stderr,
+        )
     return 0
+
+
+def _screenful() -> int:
+    """Rows that fit the terminal (at least 20; 20 where there is none)."""
+    return max(shutil.get_terminal_size((80, 24)).lines - 4, 20)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -240,7 +267,6 @@ def cmd_config_reference(args: argparse.Namespace) -> int:
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:
-    from streaming.cli.display import format_table
     from streaming.runtime.job import load_datasets
     from streaming.runtime.session import build_session
     from streaming.storage.maintain import all_tables, current_tables, maintain
@@ -251,18 +277,35 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
     datasets = load_datasets(cfg)
     spark = build_session(cfg.spark, verbose=args.verbose)
-    done = maintain(
+    tables = list(all_tables(layout, datasets))
+    width = max((len(t) for t in tables), default=5)
+
+    def line(cells: Sequence[object]) -> None:
+        print(f"| {cells[0]!s:<{width}} | {cells[1]!s:>12} | {cells[2]!s:>11} |", flush=True)
+
+    line(["table", "files before", "files after"])
+    maintain(
         spark,
-        list(all_tables(layout, datasets)),
+        tables,
         optimize=args.optimize,
         vacuum_hours=args.vacuum,
         current=current_tables(layout, datasets),
         cluster=args.cluster,
         current_file_mib=args.file_mib,
+        done=lambda m: line([m.path, m.files_before, m.files_after]),
     )
-    rows = [[m.path, m.files_before, m.files_after] for m in done]
-    print(format_table(["table", "files before", "files after"], rows))
     return 0
+
+
+def _retention_hours(text: str) -> float:
+    """``--vacuum``'s hours: no less than the config's retention floor (``upkeep.retention``)."""
+    hours = float(text)
+    if hours * 3600 < MIN_RETENTION_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text}: at least {MIN_RETENTION_SECONDS // 3600} hour — a shorter one lets VACUUM "
+            "remove files a running reader or writer may still need"
+        )
+    return hours
 
 
 def _positive_int(text: str) -> int:
@@ -330,6 +373,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(consistent with every other table read this way)",
     )
     show.add_argument("--json", action="store_true", help="one JSON row per line")
+    show.add_argument(
+        "--limit",
+        type=int,
+        metavar="N",
+        help="the first N rows by id (default: a screenful; 0: every row, all to this process)",
+    )
     show.set_defaults(func=cmd_show)
 
     stat = sub.add_parser(
@@ -370,7 +419,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"file size OPTIMIZE aims at in current tables (default {CURRENT_FILE_MIB})",
     )
     maint.add_argument(
-        "--vacuum", type=float, metavar="HOURS", help="remove files unreferenced for HOURS"
+        "--vacuum",
+        type=_retention_hours,
+        metavar="HOURS",
+        help="remove files unreferenced for HOURS (at least 1, as upkeep.retention)",
     )
     maint.set_defaults(func=cmd_maintain)
     return parser

@@ -530,7 +530,7 @@ class UpkeepConfig(_Strict):
     @field_validator("retention")
     @classmethod
     def _at_least_an_hour(cls, value: str) -> str:
-        if duration_seconds(value) < 3600:
+        if duration_seconds(value) < MIN_RETENTION_SECONDS:
             raise ValueError(
                 "must be at least 1 hour: a shorter one lets VACUUM remove files a running "
                 "reader or writer may still need"
@@ -825,6 +825,10 @@ def parse_config(
             "spark": spark,
         }
     )
+
+
+MIN_RETENTION_SECONDS = 3600
+"""The shortest time travel a table keeps (``upkeep.retention``, ``cdc maintain --vacuum``)."""
 
 
 def load_config(path: str | Path | None, environ: dict[str, str] | None = None) -> AppConfig:

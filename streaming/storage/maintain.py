@@ -12,7 +12,7 @@ passes over the rest (docs/performance.md, "Table layout").
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 
 from delta.tables import DeltaTable
@@ -123,13 +123,14 @@ def maintain(
     current: Collection[str] = (),
     cluster: bool = False,
     current_file_mib: int = CURRENT_FILE_MIB,
+    done: Callable[[Maintained], None] | None = None,
 ) -> list[Maintained]:
     """OPTIMIZE and/or VACUUM each table (``cdc maintain``); the live file counts before and
-    after. ``current``: the current tables among ``paths`` (``compact``); ``cluster`` implies
-    OPTIMIZE."""
+    after, each also handed to ``done`` as soon as its table is. ``current``: the current tables
+    among ``paths`` (``compact``); ``cluster`` implies OPTIMIZE."""
     if current_file_mib <= 0:
         raise ValueError(f"current_file_mib must be positive, not {current_file_mib}")
-    done = []
+    result: list[Maintained] = []
     for path in paths:
         before = file_count(spark, path)
         if optimize or cluster:
@@ -142,5 +143,7 @@ def maintain(
             )
         if vacuum_hours is not None:
             vacuum(spark, path, vacuum_hours)
-        done.append(Maintained(path, before, file_count(spark, path)))
-    return done
+        result.append(Maintained(path, before, file_count(spark, path)))
+        if done is not None:
+            done(result[-1])
+    return result

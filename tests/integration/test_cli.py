@@ -107,9 +107,30 @@ def test_demo_prints_the_seed_tables_and_outcomes(
         assert main(["maintain", "--cluster", "--config", str(config)]) == 0
     printed = capsys.readouterr().out
     listed = [line for line in printed.splitlines() if line.startswith("| ")]
+    assert listed[0].split("|")[1].strip() == "table"  # the header, then a line per table
+    assert len(listed) == 1 + len({line.split("|")[1] for line in listed[1:]}) > 5
     assert any("petstore/petstore/Dog " in line for line in listed), printed
     assert any("_system/transactions" in line for line in listed), printed
     last = deltalake.DeltaTable(str(dog)).history(1)[0]
     assert last["operation"] == "OPTIMIZE" and "zOrderBy" in str(last["operationParameters"])
     rows_after = sorted(map(str, deltalake.DeltaTable(str(dog)).to_pyarrow_table().to_pylist()))
     assert rows_after == rows_before
+
+    # cdc show --limit: the first rows by id, and a line saying there are more.
+    with restored_settings(spark, config):
+        assert (
+            main(["show", "petstore", "petstore.Dog", "--limit", "2", "--config", str(config)]) == 0
+        )
+    shown = capsys.readouterr()
+    ids = [
+        line.split("|")[1].strip() for line in shown.out.splitlines() if line.startswith("| dog")
+    ]
+    assert ids == ["dog1", "dog2"]
+    assert "the first 2 rows by id, version; --limit N for more" in shown.err
+    with restored_settings(spark, config):
+        assert (
+            main(["show", "petstore", "petstore.Dog", "--limit", "0", "--config", str(config)]) == 0
+        )
+    shown = capsys.readouterr()
+    assert sum(line.startswith("| dog") for line in shown.out.splitlines()) == 3
+    assert "--limit" not in shown.err

@@ -6,6 +6,7 @@ The subcommands are read from the parser, so a new one is covered without editin
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -88,3 +89,25 @@ def test_maintain_takes_cluster_and_a_file_size() -> None:
     args = build_parser().parse_args(["maintain", "--cluster", "--file-mib", "32"])
     assert (args.cluster, args.file_mib, args.optimize) == (True, 32, False)
     assert build_parser().parse_args(["maintain"]).file_mib == CURRENT_FILE_MIB == 32
+
+
+def test_without_a_config_file_the_error_says_none_was_found_and_where_it_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in [n for n in os.environ if n.startswith("CDC_")]:
+        monkeypatch.delenv(name)
+    assert main(["status"]) == 2
+    err = capsys.readouterr().err
+    assert f"no cdc.yaml found (looked in {tmp_path / 'cdc.yaml'})" in err
+    assert "--config FILE" in err and "warehouse" in err  # and what the environment lacks
+
+
+@pytest.mark.parametrize("hours", ["0", "0.5", "-1"])
+def test_maintain_refuses_a_vacuum_shorter_than_the_configs_retention_floor(
+    hours: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["maintain", "--vacuum", hours])
+    assert done.value.code == 2
+    assert "at least 1 hour" in capsys.readouterr().err
