@@ -7,11 +7,11 @@ WORKDIR /app
 COPY pom.xml ./
 COPY .mvn ./.mvn
 RUN mvn -B -q -P spark dependency:copy-dependencies -DoutputDirectory=jars/spark
-COPY pyproject.toml README.md ./
+COPY pyproject.toml constraints.txt README.md LICENSE ./
 COPY streaming ./streaming
 COPY connectors ./connectors
 COPY cdc.docker.yaml ./
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir -c constraints.txt .
 # CDC_CONFIG also serves `docker compose exec cdc cdc publish|results|show …`.
 ENV CDC_SPARK__JARS_DIR=/app/jars/spark \
     CDC_CONFIG=/app/cdc.docker.yaml

@@ -14,18 +14,24 @@ MVN     := mvn -B -q
 KAFKA_DIR ?= .kafka
 KAFKA_PORT ?= 9092
 
-.PHONY: setup jars jars-s3 jars-connect postgres demo test test-s3 test-property test-unit lint docs
+.PHONY: setup lock jars jars-s3 jars-connect postgres demo test test-s3 test-property test-unit lint docs
 .PHONY: kafka-start kafka-stop clean
 .PHONY: bench bench-quick bench-soak
 
 setup: $(STAMP) jars
 
-$(STAMP): pyproject.toml
+# pyproject.toml gives the ranges a user's install takes; constraints.txt the exact versions of
+# development and CI (`make lock` writes it from the venv).
+$(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
 	@touch $@
+
+lock: $(STAMP)
+	{ sed -n 1,2p constraints.txt; $(PY) -m pip freeze --exclude-editable; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 # A folder's stamp counts only while the jars it stands for are there: a stamp left over jars that
 # were deleted is removed, and mvn resolves the folder again.

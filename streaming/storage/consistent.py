@@ -25,6 +25,8 @@ from pyspark.sql import functions as F
 from streaming.core.layout import Layout
 from streaming.storage.tables import read_table
 
+__all__ = ["CREATED_VERSION", "consistent_versions", "read_consistent"]
+
 CREATED_VERSION = 0
 """The version of a table the job created empty (``job.prepare_tables``): the consistent version
 of a table no committed transaction has written yet."""
