@@ -19,10 +19,11 @@ would then keep. The process ends at once instead (``streaming.runtime.job.end_n
 does, and the batch is replayed at the next start like after any crash (README, "Semantics and
 guarantees").
 
-The signals must reach the Python process only: PySpark starts its JVM with SIGINT ignored, but
-a SIGTERM sent to the whole process group would also reach the JVM, whose shutdown hooks stop
-Spark under the running batch. Kubernetes signals PID 1 (``cdc run`` itself); under systemd use
-``KillMode=mixed``.
+The signals may reach the whole process group (systemd's ``KillMode=control-group``,
+supervisord's ``stopasgroup``, a terminal's Ctrl-C) or the Python process only (Kubernetes and
+``docker stop`` signal PID 1): the driver JVM this process starts ignores SIGINT (PySpark) and
+SIGTERM (``runtime.session``), so its shutdown hooks never stop Spark under the running batch;
+it ends when this process does.
 """
 
 from __future__ import annotations

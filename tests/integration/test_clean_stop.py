@@ -1,7 +1,8 @@
 """Clean stops (issue 37, streaming/runtime/stopping.py): SIGTERM or SIGINT sent to a running
-``cdc run`` — the Python process only, as Kubernetes (PID 1) and systemd (``KillMode=mixed``)
-send it — lets the running batch finish within ``shutdown.grace_period`` and exits 0, or leaves
-the batch to the replay and still exits 0 at once; either way every transaction is committed
+``cdc run`` — the Python process only, as Kubernetes (PID 1) and ``docker stop`` send it, or the
+whole process group, as systemd (``KillMode=control-group``) and a terminal's Ctrl-C do — lets
+the running batch finish within ``shutdown.grace_period`` and exits 0, or leaves the batch to the
+replay and still exits 0 at once; either way every transaction is committed
 exactly once, counted in rows of the outcomes table and of the ledger.
 
 A batch is observably in progress through the fault point ``FAULT_PAUSE_AT=after_tables:<s>``
@@ -124,25 +125,39 @@ def clean(log: str) -> None:
     assert not re.search(r"\bERROR\b", log), log[-4000:]
 
 
-def test_sigterm_lets_the_running_batch_finish_and_exits_0(
-    spark: SparkSession, ws: Workspace
+@pytest.mark.parametrize(
+    ("name", "delivery"),
+    [
+        ("SIGTERM", "process"),  # Kubernetes, `docker stop`: PID 1 only
+        ("SIGTERM", "group"),  # systemd's KillMode=control-group, `kill -TERM -<pgid>`
+        ("SIGINT", "group"),  # Ctrl-C in a terminal: the foreground process group
+    ],
+)
+def test_a_stop_signal_lets_the_running_batch_finish_and_exits_0(
+    spark: SparkSession, ws: Workspace, name: str, delivery: str
 ) -> None:
+    """Sent to the whole process group, the signal reaches the driver JVM too: it ignores it
+    (``runtime.session``), and the stop is the driver's, as when only the driver is signalled."""
     pause = 8.0
     cfg = prepare(ws, grace=300)
     process, log = start(ws, pause)
+    sig = signal.Signals[name]
     try:
         sent = time.monotonic()
-        os.kill(process.pid, signal.SIGTERM)  # the Python process only
+        if delivery == "group":
+            os.killpg(process.pid, sig)  # the driver, its JVM, everything they started
+        else:
+            os.kill(process.pid, sig)  # the Python process only
         code, seconds = ended(process, sent)
     finally:
         kill_group(process)
     output = log.read_text()
     assert code == 0, output[-4000:]
     assert seconds < pause + MARGIN, seconds  # the batch's pause, not the 300 s grace period
-    assert "SIGTERM: waiting up to 300 s for batch 0 to finish" in output, output[-4000:]
-    stops = re.findall(r"stopping on SIGTERM: .*", output)
+    assert f"{name}: waiting up to 300 s for batch 0 to finish" in output, output[-4000:]
+    stops = re.findall(rf"stopping on {name}: .*", output)
     assert len(stops) == 1, output[-4000:]
-    assert re.fullmatch(r"stopping on SIGTERM: batch 0 finished, [0-9.]+ s", stops[0]), stops
+    assert re.fullmatch(rf"stopping on {name}: batch 0 finished, [0-9.]+ s", stops[0]), stops
     assert "batch 0: 1 transactions (COMMITTED 1)" in output
     clean(output)
     # The batch finished before the process ended: committed once, nothing left to replay.
