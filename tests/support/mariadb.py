@@ -248,7 +248,7 @@ class MariaDBServer:
     def read_table(self, table: str, key: str | Sequence[str] = "id") -> list[dict[str, Any]]:
         """Every row of ``table`` as a dict ordered by ``key`` (a column or columns), read as
         JSON (``JSON_OBJECT``): numbers as int or Decimal, DATE/DATETIME/TIMESTAMP as the
-        server's text (TIMESTAMP in UTC), a JSON column as its text."""
+        server's text (TIMESTAMP in UTC), a JSON column as the value it holds."""
         keys = [key] if isinstance(key, str) else list(key)
         names = self.columns(table)
         if not names:
