@@ -268,8 +268,6 @@ def connect_value(value: Any, schema: Mapping[str, Any] | None) -> Any:
         seconds, rest = divmod(int(value), scale)
         micros = rest * 1_000_000 // scale
         return (EPOCH + timedelta(seconds=seconds, microseconds=micros)).isoformat()
-    if name == "io.debezium.time.ZonedTimestamp" and isinstance(value, str):
-        return zoned_timestamp(value)
     if name == "org.apache.kafka.connect.data.Decimal" and isinstance(value, str):
         digits = int((schema.get("parameters") or {}).get("scale", 0))
         unscaled = int.from_bytes(base64.b64decode(value), "big", signed=True)
@@ -278,20 +276,6 @@ def connect_value(value: Any, schema: Mapping[str, Any] | None) -> Any:
         unscaled = int.from_bytes(base64.b64decode(value["value"]), "big", signed=True)
         return str(Decimal(unscaled).scaleb(-int(value["scale"])))
     return value
-
-
-def zoned_timestamp(value: str) -> str:
-    """Debezium's ``ZonedTimestamp`` (ISO text with its zone: MariaDB's and MySQL's TIMESTAMP
-    in UTC, ``…Z``; PostgreSQL's ``timestamptz``) → ISO text in UTC without a zone, as the other
-    temporal types are read; text that is no ISO timestamp is kept as it is (Spark's cast then
-    decides)."""
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return value
-    if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
-    return parsed.isoformat()
 
 
 def _row(
