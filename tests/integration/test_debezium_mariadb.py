@@ -265,6 +265,17 @@ def test_mariadb_to_delta_equal_after_every_batch_and_at_the_end(
         connect.stop()
 
     assert delta_state(warehouse) == db_state(db)
+    # The columns have the types the dataset declares: DECIMAL's own size, DATE, TIMESTAMP.
+    arrow = {
+        schema: deltalake.DeltaTable(str(warehouse / "shop" / Path(*schema.split("."))))
+        .to_pyarrow_table()
+        .schema
+        for schema in TABLES
+    }
+    assert str(arrow["shop.Customer"].field("balance").type) == "decimal128(12, 2)"
+    assert str(arrow["shop.Order"].field("amount").type) == "decimal128(10, 2)"
+    assert str(arrow["shop.Customer"].field("born").type) == "date32[day]"
+    assert str(arrow["shop.Customer"].field("seen").type).startswith("timestamp[us")
     batches = versions_per_batch(warehouse)
     assert len(batches) >= 3  # the snapshot, then the workload in two batches or more
     for batch, versions in batches.items():

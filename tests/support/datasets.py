@@ -45,7 +45,7 @@ SHOP_MARIADB = """\
 shop.Customer:
   properties:
     name: {type: string}
-    balance: {type: decimal}
+    balance: {type: decimal, precision: 12, scale: 2}
     tier: {type: string}
     born: {type: date}
     since: {type: datetime}
@@ -56,13 +56,14 @@ shop.Customer:
 shop.Order:
   properties:
     customerId: {type: integer}
-    amount: {type: decimal}
+    amount: {type: decimal, precision: 10, scale: 2}
     placed: {type: datetime}
     status: {type: string}
     sourcePosition: {type: string}
   watermark: [sourcePosition]
 """
-"""SHOP with MariaDB's types (tests/integration/test_debezium_mariadb.py): DECIMAL → decimal,
+"""SHOP with MariaDB's types (tests/integration/test_debezium_mariadb.py): DECIMAL(p,s) → decimal
+of the same size,
 ENUM → string, DATE → date, DATETIME → datetime, TIMESTAMP → timestamp, JSON → string (its
 text)."""
 
