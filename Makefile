@@ -1,8 +1,9 @@
 # Everything a fresh machine needs (Python 3.11, Java 17, Maven) is set up by these targets.
 #   make demo   set up, then run the petstore demo (the main job, embedded default, once)
 #   make test   set up (and fetch the s3a jars, jars/s3, the Kafka Connect + Debezium jars,
-#               jars/connect, and PostgreSQL 15), then run the whole test suite (real Spark, Delta,
-#               Kafka, a local S3 server, PostgreSQL -> Debezium)
+#               jars/connect and jars/connect-mariadb, PostgreSQL 15 and MariaDB 10.11), then run
+#               the whole test suite (real Spark, Delta, Kafka, a local S3 server, PostgreSQL ->
+#               Debezium, MariaDB -> Debezium)
 #   make test-s3  the same setup, then only the S3 warehouse test
 #   make test-property  the property test grouped = sequential, deeper (a release check)
 
@@ -14,7 +15,7 @@ MVN     := mvn -B -q
 KAFKA_DIR ?= .kafka
 KAFKA_PORT ?= 9092
 
-.PHONY: setup lock jars jars-s3 jars-connect postgres demo test test-s3 test-property test-unit lint docs
+.PHONY: setup lock jars jars-s3 jars-connect postgres mariadb demo test test-s3 test-property test-unit lint docs
 .PHONY: kafka-start kafka-stop clean
 .PHONY: bench bench-quick bench-soak
 
@@ -39,6 +40,8 @@ SPARK_JARS := jars/spark/delta-spark_*.jar
 KAFKA_JARS := jars/kafka/kafka_*.jar
 S3_JARS    := jars/s3/hadoop-aws-*.jar jars/s3/bundle-*.jar
 CONNECT_JARS := jars/connect/connect-runtime-*.jar jars/connect/debezium-connector-postgres-*.jar
+MARIADB_CONNECT_JARS := jars/connect-mariadb/connect-runtime-*.jar \
+	jars/connect-mariadb/debezium-connector-mariadb-*.jar jars/connect-mariadb/mariadb-java-client-*.jar
 
 jars:
 	@ls $(SPARK_JARS) >/dev/null 2>&1 || rm -f jars/spark/.resolved
@@ -71,14 +74,24 @@ jars/s3/.resolved: pom.xml
 
 # Kafka Connect + Debezium's PostgreSQL connector (~40 MB) for the PostgreSQL -> Debezium -> Kafka
 # tests (tests/support/kafka_connect.py): a classpath of its own, never Spark's or the broker's.
+# The same Connect with Debezium's MariaDB connector in jars/connect-mariadb: Maven Central serves
+# that connector at an older Debezium (pom.xml debezium.mariadb.version), so never beside the
+# PostgreSQL one's jars.
 jars-connect:
 	@ls $(CONNECT_JARS) >/dev/null 2>&1 || rm -f jars/connect/.resolved
-	@$(MAKE) --no-print-directory jars/connect/.resolved
+	@ls $(MARIADB_CONNECT_JARS) >/dev/null 2>&1 || rm -f jars/connect-mariadb/.resolved
+	@$(MAKE) --no-print-directory jars/connect/.resolved jars/connect-mariadb/.resolved
 
 jars/connect/.resolved: pom.xml
 	rm -rf jars/connect
 	$(MVN) -P connect dependency:copy-dependencies -DoutputDirectory=jars/connect
 	@ls $(CONNECT_JARS) >/dev/null
+	@touch $@
+
+jars/connect-mariadb/.resolved: pom.xml
+	rm -rf jars/connect-mariadb
+	$(MVN) -P connect-mariadb dependency:copy-dependencies -DoutputDirectory=jars/connect-mariadb
+	@ls $(MARIADB_CONNECT_JARS) >/dev/null
 	@touch $@
 
 # PostgreSQL 15 server binaries for the Debezium tests (tests/support/postgres.py starts a
@@ -95,12 +108,27 @@ postgres:
 		fi; }
 	@test -x $(PG_BIN)/initdb || { echo "no $(PG_BIN)/initdb after installing postgresql-15"; exit 1; }
 
+# MariaDB 10.11 for the MariaDB -> Debezium tests (tests/support/mariadb.py starts a throwaway
+# server with it): the Debian package mariadb-server (MySQL itself is not in Debian's archive),
+# installed here when missing (as root only; otherwise install it yourself). Its service is not
+# started: the tests run their own server.
+MARIADBD ?= /usr/sbin/mariadbd
+mariadb:
+	@test -x $(MARIADBD) || { \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get update && apt-get install -y mariadb-server; \
+		else \
+			echo "need MariaDB in $(MARIADBD): install the Debian package mariadb-server" \
+				"(apt-get install mariadb-server, as root)"; exit 1; \
+		fi; }
+	@test -x $(MARIADBD) || { echo "no $(MARIADBD) after installing mariadb-server"; exit 1; }
+
 demo: setup
 	$(VENV)/bin/cdc demo
 
 # The fast tests first (no Spark: a broken core fails in seconds), then the integration tests with
 # the 25 slowest listed at the end of the output.
-test: setup jars-s3 jars-connect postgres
+test: setup jars-s3 jars-connect postgres mariadb
 	$(PY) -m pytest tests/unit tests/bench
 	$(PY) -m pytest tests/integration --durations=25 --junit-xml=build/junit-integration.xml
 

@@ -205,7 +205,9 @@ of the first, END's that of the commit), so one transaction's events carry diffe
 
 def transaction_key(tx_id: str) -> str:
     """What the events and BEGIN/END of one source transaction share: Postgres's ``txId``; any
-    other connector's id as it is (one id per transaction: MySQL's GTID, SQL Server's LSN)."""
+    other connector's id as it is (one id per transaction: MariaDB's and MySQL's GTID —
+    MariaDB's ``<domain>-<server>-<seq>`` — or, without GTIDs, ``file=<binlog>,pos=<pos>``;
+    SQL Server's LSN)."""
     found = POSTGRES_TX.fullmatch(tx_id)
     return found.group(1) if found else tx_id
 
@@ -358,17 +360,37 @@ def _text(value: Any) -> str:
 
 def source_position(source: Mapping[str, Any], record: Received) -> str:
     """The source position of a change as text that sorts as the source's order: Postgres's
-    ``lsn``, MySQL's binlog ``file``/``pos``/``row``, SQL Server's commit and change LSNs
+    ``lsn``, MariaDB's (``binlog_position``) and MySQL's binlog ``file``/``pos``/``row``, SQL
+    Server's commit and change LSNs
     (hex of one width); another connector: its ``ts_ms`` and the Kafka offset."""
     connector = source.get("connector")
     if connector == "postgresql" and isinstance(source.get("lsn"), int):
         return f"{source['lsn']:020d}"
+    if connector == "mariadb" and source.get("file") is not None:
+        return binlog_position(source)
     if connector == "mysql" and source.get("file") is not None:
         pos, row = int(source.get("pos") or 0), int(source.get("row") or 0)
         return f"{source['file']}/{pos:020d}/{row:010d}"
     if connector == "sqlserver" and source.get("change_lsn"):
         return f"{source.get('commit_lsn') or ''}/{source['change_lsn']}"
     return f"{int(source.get('ts_ms') or 0):020d}/{record.offset:020d}"
+
+
+BINLOG_FILE = re.compile(r"(.*)\.(\d+)")
+
+
+def binlog_position(source: Mapping[str, Any]) -> str:
+    """A MariaDB change's binlog place, ``<file>/<pos>/<row>``, as text that sorts as the
+    server's binlog order: the file's number widened to 10 digits (MariaDB writes 6 and goes on
+    with 7 after ``.999999``), the event's position in the file (20 digits) and the row in the
+    event (10 digits). A snapshot's reads all carry the place the snapshot began at, row 0:
+    before every change streamed after it."""
+    file = str(source["file"])
+    numbered = BINLOG_FILE.fullmatch(file)
+    if numbered:
+        file = f"{numbered.group(1)}.{int(numbered.group(2)):010d}"
+    pos, row = int(source.get("pos") or 0), int(source.get("row") or 0)
+    return f"{file}/{pos:020d}/{row:010d}"
 
 
 def read_debezium(feed: Feed, record: Received, decode: Decode) -> Item | None:

@@ -41,6 +41,32 @@ shop.Order:
 """Two tables a change feed fills (a Debezium connector's customers and orders): the source
 position of each row's last change is its watermark."""
 
+SHOP_MARIADB = """\
+shop.Customer:
+  properties:
+    name: {type: string}
+    balance: {type: decimal, precision: 12, scale: 2}
+    tier: {type: string}
+    born: {type: date}
+    since: {type: datetime}
+    seen: {type: timestamp}
+    profile: {type: string}
+    sourcePosition: {type: string}
+  watermark: [sourcePosition]
+shop.Order:
+  properties:
+    customerId: {type: integer}
+    amount: {type: decimal, precision: 10, scale: 2}
+    placed: {type: datetime}
+    status: {type: string}
+    sourcePosition: {type: string}
+  watermark: [sourcePosition]
+"""
+"""SHOP with MariaDB's types (tests/integration/test_debezium_mariadb.py): DECIMAL(p,s) → decimal
+of the same size,
+ENUM → string, DATE → date, DATETIME → datetime, TIMESTAMP → timestamp, JSON → string (its
+text)."""
+
 DOG_AGE_CAT = """\
 petstore.Dog:
   properties: {name: {type: string}, age: {type: integer}}

@@ -1,8 +1,13 @@
-"""Kafka Connect (standalone worker) running Debezium's PostgreSQL connector against the test
-broker: the PostgreSQL → Debezium → Kafka half of the pipeline tests.
+"""Kafka Connect (standalone worker) running one Debezium connector against the test broker: the
+database → Debezium → Kafka half of the pipeline tests. ``DebeziumConnect`` is the worker;
+``DebeziumPostgresConnect`` runs Debezium's PostgreSQL connector, ``DebeziumMariaDBConnect`` its
+MariaDB connector (tests/support/mariadb.py's server).
 
 The jars come from Maven (``make jars-connect`` → ``jars/connect``: Connect at the broker's
-version, Debezium's PostgreSQL connector, the PostgreSQL JDBC driver); Java 17 must be on PATH.
+version, Debezium's PostgreSQL connector, the PostgreSQL JDBC driver; ``jars/connect-mariadb``:
+the same Connect with Debezium's MariaDB connector, which Maven Central serves at an older
+Debezium than the PostgreSQL one, hence a classpath of its own, and MariaDB Connector/J); Java
+17 must be on PATH.
 One JVM, ``org.apache.kafka.connect.cli.ConnectStandalone worker.properties connector.properties``,
 with everything in the work folder: ``worker.properties``, ``connector.properties``,
 ``log4j2.properties``, ``connect.log`` (log4j), ``connect.out`` (JVM stdout/stderr) and
@@ -14,9 +19,11 @@ with everything in the work folder: ``worker.properties``, ``connector.propertie
     ...
     connect.stop()
 
-Each start uses a replication slot and a publication of its own (``slot.name``,
-``publication.name``); the slot is dropped when the connector stops cleanly
-(``slot.drop.on.stop``).
+Each start of the PostgreSQL connector uses a replication slot and a publication of its own
+(``slot.name``, ``publication.name``); the slot is dropped when the connector stops cleanly
+(``slot.drop.on.stop``). The MariaDB connector reads the binlog as a replica with a
+``database.server.id`` of its own per start and keeps its schema history in the work folder
+(``schema-history.dat``, ``FileSchemaHistory``).
 """
 
 from __future__ import annotations
@@ -31,11 +38,13 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tests.support.mariadb import MariaDBServer
 from tests.support.ports import HOST, free_port, port_open
 from tests.support.postgres import PostgresCluster
 
@@ -43,8 +52,10 @@ log = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_JARS_DIR = PROJECT_ROOT / "jars" / "connect"
+MARIADB_JARS_DIR = PROJECT_ROOT / "jars" / "connect-mariadb"
 MAIN_CLASS = "org.apache.kafka.connect.cli.ConnectStandalone"
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
+MARIADB_CONNECTOR_CLASS = "io.debezium.connector.mariadb.MariaDbConnector"
 PORT_ATTEMPTS = 3
 ADDRESS_IN_USE = "Address already in use"
 
@@ -67,14 +78,20 @@ class ConnectError(RuntimeError):
     Connect's log)."""
 
 
-class DebeziumPostgresConnect:
-    """One standalone Connect worker (child JVM) running one Debezium PostgreSQL connector."""
+class DebeziumConnect:
+    """One standalone Connect worker (child JVM) running one Debezium connector: a subclass
+    names the connector (``connector_class``, ``jar_pattern``, ``connector_properties``)."""
+
+    connector_class = ""
+    jar_pattern = ""
+    """A jar of the connector, as a glob in the jars folder (checked before a start)."""
+    default_jars_dir = DEFAULT_JARS_DIR
+    name_suffix = "connector"
 
     def __init__(
         self,
         workdir: Path,
         bootstrap: str,
-        postgres: PostgresCluster,
         *,
         topic_prefix: str,
         tables: Sequence[str],
@@ -92,20 +109,17 @@ class DebeziumPostgresConnect:
         the ones written here; ``worker_properties`` the same for the worker."""
         self.workdir = Path(workdir).resolve()
         self.bootstrap = bootstrap
-        self.postgres = postgres
         self.topic_prefix = topic_prefix
         self.tables = list(tables)
         self.schemas_enable = schemas_enable
         self.transaction_metadata = transaction_metadata
-        self.name = name or f"{topic_prefix}-pg"
+        self.name = name or f"{topic_prefix}-{self.name_suffix}"
         self.properties = dict(properties or {})
         self.worker_properties = dict(worker_properties or {})
-        self.jars_dir = Path(jars_dir or DEFAULT_JARS_DIR).resolve()
+        self.jars_dir = Path(jars_dir or self.default_jars_dir).resolve()
         self.host = HOST
         self.rest_port = rest_port or free_port()
         self._port_picked = rest_port is None
-        self.slot_name = ""
-        self.publication_name = ""
         self._process: subprocess.Popen[bytes] | None = None
         self.startup_seconds: float | None = None
 
@@ -143,7 +157,7 @@ class DebeziumPostgresConnect:
         return f"{self.topic_prefix}.{table}"
 
     # -- lifecycle -----------------------------------------------------------------------
-    def start(self, timeout: float = 120.0) -> DebeziumPostgresConnect:
+    def start(self, timeout: float = 120.0) -> DebeziumConnect:
         """Launch the worker and wait until the connector and its task are RUNNING; returns
         ``self``. A REST port this object picked moves when it was taken in between."""
         self._check_prerequisites()
@@ -174,9 +188,7 @@ class DebeziumPostgresConnect:
     def _start(self, timeout: float) -> None:
         if port_open(self.host, self.rest_port):
             raise ConnectError(f"{self.host}:{self.rest_port}: {ADDRESS_IN_USE}")
-        unique = uuid.uuid4().hex[:12]
-        self.slot_name = f"dbz_{unique}"
-        self.publication_name = f"dbz_pub_{unique}"
+        self._prepare(uuid.uuid4().hex[:12])
         self._write_config()
         mark = self._log_sizes()
         with open(self.out_file, "ab") as out:
@@ -193,7 +205,7 @@ class DebeziumPostgresConnect:
             raise
 
     def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM (the connector stops, its slot is dropped), then SIGKILL after
+        """SIGTERM (the connector stops; Postgres: its slot is dropped), then SIGKILL after
         ``timeout``; does nothing when no worker runs."""
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
@@ -215,7 +227,7 @@ class DebeziumPostgresConnect:
     def is_running(self) -> bool:
         return self.pid is not None
 
-    def __enter__(self) -> DebeziumPostgresConnect:
+    def __enter__(self) -> DebeziumConnect:
         return self.start()
 
     def __exit__(
@@ -233,10 +245,18 @@ class DebeziumPostgresConnect:
             body: dict[str, Any] = json.load(response)
             return body
 
+    # -- the connector -------------------------------------------------------------------
+    def _prepare(self, unique: str) -> None:
+        """Before each start: names of its own for this start (``unique``: 12 hex digits)."""
+
+    def connector_properties(self) -> dict[str, str]:
+        """The connector's own settings (the database, its options), under ``properties``."""
+        raise NotImplementedError
+
     # -- internals -----------------------------------------------------------------------
     def _check_prerequisites(self) -> None:
-        if not any(self.jars_dir.glob("debezium-connector-postgres-*.jar")):
-            raise ConnectError(f"no Debezium jars in {self.jars_dir}: run `make jars-connect`")
+        if not any(self.jars_dir.glob(self.jar_pattern)):
+            raise ConnectError(f"no {self.jar_pattern} in {self.jars_dir}: run `make jars-connect`")
         if shutil.which("java") is None:
             raise ConnectError("`java` is not on PATH (Kafka Connect needs Java 17+)")
         if self.is_running():
@@ -258,26 +278,15 @@ class DebeziumPostgresConnect:
             "plugin.discovery": "service_load",
             **self.worker_properties,
         }
-        pg = self.postgres
         connector = {
             "name": self.name,
-            "connector.class": CONNECTOR_CLASS,
+            "connector.class": self.connector_class,
             "tasks.max": "1",
-            "plugin.name": "pgoutput",
-            "database.hostname": pg.host,
-            "database.port": str(pg.port),
-            "database.user": pg.user,
-            "database.password": pg.password,
-            "database.dbname": pg.dbname,
             "topic.prefix": self.topic_prefix,
-            "slot.name": self.slot_name,
-            "slot.drop.on.stop": "true",
-            "publication.name": self.publication_name,
-            "publication.autocreate.mode": "filtered",
             "table.include.list": ",".join(self.tables),
             "provide.transaction.metadata": str(self.transaction_metadata).lower(),
             "snapshot.mode": "initial",
-            "decimal.handling.mode": "string",
+            **self.connector_properties(),
             **self.properties,
         }
         self.worker_file.write_text("".join(f"{k}={v}\n" for k, v in worker.items()))
@@ -356,6 +365,87 @@ class DebeziumPostgresConnect:
                 tail = file.read_text(errors="replace").splitlines()[-lines:]
                 text += f"--- {file} ---\n" + "\n".join(tail) + "\n"
         return text or "(no Kafka Connect log)"
+
+
+class DebeziumPostgresConnect(DebeziumConnect):
+    """Debezium's PostgreSQL connector (pgoutput, a filtered publication and a slot of its own
+    per start, dropped when it stops) on ``postgres``."""
+
+    connector_class = CONNECTOR_CLASS
+    jar_pattern = "debezium-connector-postgres-*.jar"
+    name_suffix = "pg"
+
+    def __init__(
+        self, workdir: Path, bootstrap: str, postgres: PostgresCluster, **options: Any
+    ) -> None:
+        """``options``: those of ``DebeziumConnect`` (``topic_prefix``, ``tables`` as
+        ``schema.table``, ...)."""
+        super().__init__(workdir, bootstrap, **options)
+        self.postgres = postgres
+        self.slot_name = ""
+        self.publication_name = ""
+
+    def _prepare(self, unique: str) -> None:
+        self.slot_name = f"dbz_{unique}"
+        self.publication_name = f"dbz_pub_{unique}"
+
+    def connector_properties(self) -> dict[str, str]:
+        pg = self.postgres
+        return {
+            "plugin.name": "pgoutput",
+            "database.hostname": pg.host,
+            "database.port": str(pg.port),
+            "database.user": pg.user,
+            "database.password": pg.password,
+            "database.dbname": pg.dbname,
+            "slot.name": self.slot_name,
+            "slot.drop.on.stop": "true",
+            "publication.name": self.publication_name,
+            "publication.autocreate.mode": "filtered",
+            "decimal.handling.mode": "string",
+        }
+
+
+class DebeziumMariaDBConnect(DebeziumConnect):
+    """Debezium's MariaDB connector on ``mariadb`` (tests/support/mariadb.py): reads its binlog
+    as a replica, ``tables`` as ``<database>.<table>``; the schema history in a file of the
+    work folder; decimals as Connect's ``Decimal`` (the converter's bytes, the default
+    ``decimal.handling.mode=precise``)."""
+
+    connector_class = MARIADB_CONNECTOR_CLASS
+    jar_pattern = "debezium-connector-mariadb-*.jar"
+    default_jars_dir = MARIADB_JARS_DIR
+    name_suffix = "mariadb"
+
+    def __init__(
+        self, workdir: Path, bootstrap: str, mariadb: MariaDBServer, **options: Any
+    ) -> None:
+        super().__init__(workdir, bootstrap, **options)
+        self.mariadb = mariadb
+        self.server_id = 0
+
+    @property
+    def schema_history_file(self) -> Path:
+        return self.workdir / "schema-history.dat"
+
+    def _prepare(self, unique: str) -> None:
+        # The replica id the connector reads the binlog with: one of its own per start, never
+        # the server's.
+        self.server_id = 5400 + zlib.crc32(unique.encode()) % 100_000
+
+    def connector_properties(self) -> dict[str, str]:
+        db = self.mariadb
+        return {
+            "database.hostname": db.host,
+            "database.port": str(db.port),
+            "database.user": db.user,
+            "database.password": db.password,
+            "database.server.id": str(self.server_id),
+            "database.include.list": db.database,
+            "include.schema.changes": "false",
+            "schema.history.internal": "io.debezium.storage.file.history.FileSchemaHistory",
+            "schema.history.internal.file.filename": str(self.schema_history_file),
+        }
 
 
 def wait_for_slot(postgres: PostgresCluster, slot: str, timeout: float = 60.0) -> None:

@@ -23,6 +23,7 @@ from streaming.core.changefeed import (
     Received,
     SourceTransaction,
     assemble,
+    binlog_position,
     connect_value,
     decode_changes_request,
     decode_json_value,
@@ -31,6 +32,7 @@ from streaming.core.changefeed import (
     key_id,
     read_debezium,
     source_position,
+    transaction_key,
     unavailable_kept,
 )
 from streaming.core.config import ChangeFeedConfig
@@ -650,6 +652,158 @@ def test_real_transaction_assembles_from_its_begin_events_and_end() -> None:
     tx = out.ready[0]
     assert [r[OP_COLUMN] for r in rows_of(tx, "shop.Customer")] == ["I", "U"]
     assert [r[OP_COLUMN] for r in rows_of(tx, "shop.Order")] == ["I", "D"]
+
+
+# -- real messages of Debezium's MariaDB connector (3.5.0.Final, MariaDB 10.11, the JSON -------
+# converter with schemas), written by tests/integration/test_debezium_mariadb.py
+# (WRITE_DEBEZIUM_EXAMPLES): its workload's first transaction (GTID 0-1-8) inserts customer 4
+# and order 12 and updates customer 1; order 11 is deleted in the next; orders 100-160 are one
+# INSERT … SELECT (one binlog event, a row each).
+
+MARIADB = json.loads(
+    (Path(__file__).parent / "fixtures" / "debezium_mariadb_examples.json").read_text()
+)
+MARIADB_PREFIX = MARIADB["insert_customers"]["topic"].removesuffix(".cdc.customers")
+
+
+def mariadb_feed():
+    return feed(
+        {"cdc.customers": "shop.Customer", "cdc.orders": "shop.Order"}, prefix=MARIADB_PREFIX
+    )
+
+
+def real_mariadb(name: str, offset: int) -> Received:
+    example = MARIADB[name]
+    value = example["value"]
+    return Received(
+        example["topic"],
+        0,
+        offset,
+        json.dumps(example["key"]).encode(),
+        None if value is None else json.dumps(value).encode(),
+        T0,
+        T0,
+    )
+
+
+def mariadb_source(name: str) -> dict:
+    return MARIADB[name]["value"]["payload"]["source"]
+
+
+def test_real_mariadb_events_carry_their_binlog_place_and_gtid() -> None:
+    names = [
+        "snapshot_customers",
+        "insert_customers",
+        "update_customers",
+        "delete_orders",
+        "tombstone_orders",
+        "insert_orders_first_row",
+        "insert_orders_later_row",
+    ]
+    read = {
+        n: read_debezium(mariadb_feed(), real_mariadb(n, i), decode_json_value)
+        for i, n in enumerate(names)
+    }
+    assert read["tombstone_orders"] is None
+    assert mariadb_source("insert_customers")["connector"] == "mariadb"
+    for name in names:
+        if read[name] is None:
+            continue
+        source = mariadb_source(name)
+        assert source["file"] == "binlog.000001"
+        assert read[name].position == (
+            f"binlog.0000000001/{source['pos']:020d}/{source['row']:010d}"
+        )
+    snap, ins, upd, dele = (read[n] for n in names[:4])
+    first, later = read["insert_orders_first_row"], read["insert_orders_later_row"]
+    assert (snap.op, snap.transaction) == ("I", None)  # a snapshot read: no transaction
+    assert (ins.op, upd.op, dele.op) == ("I", "U", "D")
+    assert ins.transaction == upd.transaction == "0-1-8"  # the GTID, as the events carry it
+    assert dele.transaction == "0-1-9" and dele.key == "11" and dele.row["id"] == 11
+    assert snap.position < ins.position < upd.position < dele.position < first.position
+    # Two rows of one binlog event: one position, told apart (and ordered) by the row.
+    assert (
+        mariadb_source("insert_orders_first_row")["pos"]
+        == (mariadb_source("insert_orders_later_row")["pos"])
+    )
+    assert first.position < later.position
+
+
+def test_real_mariadb_types_read_as_text_spark_casts_to_the_schemas_types() -> None:
+    customer = read_debezium(mariadb_feed(), real_mariadb("insert_customers", 0), decode_json_value)
+    order = read_debezium(mariadb_feed(), real_mariadb("insert_orders", 0), decode_json_value)
+    # DECIMAL(12,2): the converter's Decimal bytes; ENUM: its text; DATE: epoch days;
+    # DATETIME(3): io.debezium.time.Timestamp (ms), a local time; TIMESTAMP: ZonedTimestamp
+    # (ISO, UTC "Z"), an instant: kept with its zone, so Spark's cast reads the same instant
+    # whatever the session's time zone; JSON: MariaDB's LONGTEXT, its text as written.
+    assert customer.row == {
+        "id": 4,
+        "name": "Dee",
+        "balance": "7.25",
+        "tier": "basic",
+        "born": "2001-02-03",
+        "since": "2026-03-01T08:00:00.125000",
+        "seen": "2026-03-01T08:00:00Z",
+        "profile": '{"tags": ["a"]}',
+    }
+    assert order.row == {
+        "id": 12,
+        "customer_id": 4,
+        "amount": "99.99",
+        "placed": "2026-03-01T09:00:00",
+        "status": "new",
+    }
+
+
+def test_real_mariadb_transaction_assembles_by_its_gtid() -> None:
+    names = [
+        "transaction_begin",
+        "insert_customers",
+        "insert_orders",
+        "update_customers",
+        "transaction_end",
+    ]
+    out = assemble(
+        mariadb_feed(), [real_mariadb(n, i) for i, n in enumerate(names)], decode_json_value, T0
+    )
+    assert ready_ids(out) == ["0-1-8"] and out.waiting == []
+    tx = out.ready[0]
+    assert tx.transaction_id == "debezium:pg:0-1-8"
+    assert [(r[OP_COLUMN], r[KEY_COLUMN]) for r in rows_of(tx, "shop.Customer")] == [
+        ("I", "4"),
+        ("U", "1"),
+    ]
+    assert [(r[OP_COLUMN], r[KEY_COLUMN]) for r in rows_of(tx, "shop.Order")] == [("I", "12")]
+    # Without its update the END's counts (cdc.customers: 2) are not met: it waits.
+    partial = assemble(
+        mariadb_feed(),
+        [real_mariadb(n, i) for i, n in enumerate(names) if n != "update_customers"],
+        decode_json_value,
+        T0,
+    )
+    assert partial.ready == [] and len(partial.waiting) == 4
+
+
+def test_binlog_positions_sort_across_files_past_six_digits() -> None:
+    places = [
+        ("binlog.000009", 9_000_000, 3),
+        ("binlog.000010", 4, 0),
+        ("binlog.999999", 4, 0),
+        ("binlog.1000000", 4, 0),  # MariaDB goes on with 7 digits
+        ("binlog.1000000", 4, 1),
+    ]
+    positions = [binlog_position({"file": f, "pos": p, "row": r}) for f, p, r in places]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    record = Received("t", 0, 3, None, None, T0, T0)
+    source = {"connector": "mariadb", "file": "binlog.000001", "pos": 5175, "row": 1}
+    assert source_position(source, record) == "binlog.0000000001/00000000000000005175/0000000001"
+
+
+def test_binlog_transaction_ids_are_kept_whole() -> None:
+    """MariaDB's GTID (``<domain>-<server>-<seq>``) and, without GTIDs, Debezium's
+    ``file=<binlog>,pos=<pos>`` are one id per transaction: never cut as Postgres's are."""
+    assert transaction_key("0-1-8") == "0-1-8"
+    assert transaction_key("file=binlog.000001,pos=2406") == "file=binlog.000001,pos=2406"
 
 
 # -- Avro (the Confluent wire format) and DMS's Kafka target --------------------------------------
