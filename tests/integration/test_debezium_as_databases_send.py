@@ -228,9 +228,11 @@ def test_toast_placeholders_truncates_and_a_resent_part_as_postgres_and_debezium
             timeout=90,  # far under max_wait (10 minutes): nothing was held
         )
     finally:
-        if job is not None and query is not None:
-            job.stop(query)
-        connect.stop()
+        try:
+            if job is not None and query is not None:
+                job.stop(query)
+        finally:
+            connect.stop()
 
     assert lake_docs(warehouse) == pg_docs(pg)
     assert lake_notes(warehouse) == pg_notes(pg) == {"5": "e", "1": "a again"}
