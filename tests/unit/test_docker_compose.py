@@ -29,15 +29,18 @@ class Setup:
     compose: dict[str, Any]
     config: dict[str, Any]  # cdc.docker.yaml
     dockerfile: str | None  # None: there is no Dockerfile
+    header: str = ""  # docker-compose.yml's comment lines: the commands it tells users to run
     repo: Path = ROOT
 
 
 def load() -> Setup:
     dockerfile = ROOT / "Dockerfile"
+    text = (ROOT / "docker-compose.yml").read_text()
     return Setup(
-        compose=yaml.safe_load((ROOT / "docker-compose.yml").read_text()),
+        compose=yaml.safe_load(text),
         config=yaml.safe_load((ROOT / CONFIG_FILE).read_text()),
         dockerfile=dockerfile.read_text() if dockerfile.is_file() else None,
+        header="\n".join(line for line in text.splitlines() if line.startswith("#   docker")),
     )
 
 
@@ -90,6 +93,32 @@ def instructions(dockerfile: str) -> list[tuple[str, str]]:
         out.append((keyword.upper(), args.strip()))
         pending = ""
     return out
+
+
+def stages(steps: list[tuple[str, str]]) -> list[tuple[str | None, list[tuple[str, str]]]]:
+    """(the stage's name, its instructions) per ``FROM``, in order; the last is the image."""
+    out: list[tuple[str | None, list[tuple[str, str]]]] = []
+    for keyword, args in steps:
+        if keyword == "FROM":
+            words = args.split()
+            name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
+            out.append((name, []))
+        elif out:
+            out[-1][1].append((keyword, args))
+    return out
+
+
+def duration_seconds(text: str) -> float:
+    """Compose's durations: ``30s``, ``1m30s``, ``90`` (seconds)."""
+    total, number = 0.0, ""
+    units = {"h": 3600, "m": 60, "s": 1}
+    for char in str(text):
+        if char.isdigit() or char == ".":
+            number += char
+        else:
+            total += float(number) * units[char]
+            number = ""
+    return total + (float(number) if number else 0.0)
 
 
 def exec_form(args: str) -> list[str]:
@@ -245,39 +274,64 @@ def problems(setup: Setup) -> list[str]:
                 found.append(f"{service_name}: volume {source} ({target}) is not declared")
     cdc_mounts = list(mounts(cdc))
 
-    # -- the Dockerfile
+    # -- the Dockerfile: a build stage may resolve the jars; the last stage is the image
     if setup.dockerfile is None:
         found.append("no Dockerfile")
         return found
-    steps = instructions(setup.dockerfile)
+    every = instructions(setup.dockerfile)
+    if every and every[0][0] != "FROM":
+        found.append("Dockerfile: does not start with FROM")
+    built = stages(every)
+    steps = built[-1][1] if built else every
     files = image_files(setup.repo, steps)
     image_env: dict[str, str] = {}
     for keyword, args in steps:
         if keyword == "ENV":
             image_env.update(item.partition("=")[::2] for item in shlex.split(args))
     runs = [shlex.split(args) for keyword, args in steps if keyword == "RUN"]
-    mvn = next((i for i, (k, a) in enumerate(steps) if k == "RUN" and "mvn " in a), None)
-    pom = next(
-        (i for i, (k, a) in enumerate(steps) if k == "COPY" and "pom.xml" in a.split()), None
-    )
-    if steps and steps[0][0] != "FROM":
-        found.append("Dockerfile: does not start with FROM")
     if not any("openjdk-17" in arg for run in runs for arg in run):
         found.append("Dockerfile: Java 17 (openjdk-17-*) is not installed")
-    if pom is None:
-        found.append("Dockerfile: pom.xml is not copied")
-    if mvn is None:
+    if any(
+        a in ("maven", "openjdk-17-jdk", "openjdk-17-jdk-headless") for run in runs for a in run
+    ):
+        found.append("Dockerfile: the image keeps build tools (Maven or a JDK): build them apart")
+    users = [a.split(":")[0] for k, a in steps if k == "USER"]
+    if not users or users[-1] in ("root", "0"):
+        found.append("Dockerfile: the image runs as root (no USER of its own)")
+    jars = image_env.get("CDC_SPARK__JARS_DIR")
+    # Where mvn puts the jars, in the image: its own output, or copied from its stage's output.
+    mvn_at: tuple[str | None, int] | None = None
+    for name, stage_steps in built:
+        for i, (k, a) in enumerate(stage_steps):
+            if k == "RUN" and "mvn " in a:
+                mvn_at = (name, i)
+                mvn_steps = stage_steps
+    if mvn_at is None:
         found.append("Dockerfile: never runs mvn")
     else:
-        if pom is not None and pom > mvn:
+        stage, mvn = mvn_at
+        pom = next(
+            (i for i, (k, a) in enumerate(mvn_steps) if k == "COPY" and "pom.xml" in a.split()),
+            None,
+        )
+        if pom is None:
+            found.append("Dockerfile: pom.xml is not copied")
+        elif pom > mvn:
             found.append("Dockerfile: mvn runs before pom.xml is copied")
-        mvn_args = steps[mvn][1].split()
+        mvn_args = mvn_steps[mvn][1].split()
         output = option(mvn_args, "-DoutputDirectory")
         if "dependency:copy-dependencies" not in mvn_args or "spark" not in mvn_args:
             found.append("Dockerfile: mvn does not copy the spark profile's dependencies")
-        workdir = next((a for k, a in reversed(steps[:mvn]) if k == "WORKDIR"), "/")
-        jars = image_env.get("CDC_SPARK__JARS_DIR")
-        if output is None or jars is None or PurePosixPath(workdir, output) != PurePosixPath(jars):
+        workdir = next((a for k, a in reversed(mvn_steps[:mvn]) if k == "WORKDIR"), "/")
+        made = PurePosixPath(workdir, output) if output else None
+        landed = made if mvn_steps is steps else None
+        if mvn_steps is not steps and made is not None:
+            for k, a in steps:
+                words = a.split()
+                if k == "COPY" and f"--from={stage}" in words and PurePosixPath(words[-2]) == made:
+                    image_workdir = next((w for kk, w in steps if kk == "WORKDIR"), "/")
+                    landed = PurePosixPath(image_workdir, words[-1])
+        if landed is None or jars is None or landed != PurePosixPath(jars):
             found.append(f"Dockerfile: CDC_SPARK__JARS_DIR {jars} is not where mvn puts the jars")
     if not any(k == "RUN" and "pip install" in a for k, a in steps):
         found.append("Dockerfile: never pip-installs the project")
@@ -311,6 +365,10 @@ def problems(setup: Setup) -> list[str]:
         **{f"allowed_locations[{i}]": v for i, v in enumerate(raw.get("allowed_locations") or [])},
     }
     for key, value in raw_paths.items():
+        if key.startswith("allowed_locations") and isinstance(value, str):
+            shipped = in_image(value, files)
+            if shipped is not None and shipped.is_dir():
+                continue  # sample data the image holds
         if not isinstance(value, str) or not under(value, cdc_mounts):
             found.append(f"{CONFIG_FILE}: {key} ({value}) is not on a mounted volume")
     try:
@@ -325,6 +383,103 @@ def problems(setup: Setup) -> list[str]:
         shipped = in_image(dataset, files)
         if shipped is None or not shipped.is_file():
             found.append(f"{CONFIG_FILE}: dataset {name} ({dataset}) is not a file in the image")
+
+    # -- stopping and metrics
+    grace = cfg.shutdown.grace_seconds
+    stop = duration_seconds(cdc.get("stop_grace_period", "10s"))
+    if stop < grace + 10:
+        found.append(
+            f"cdc: stop_grace_period {stop:g} s is not shutdown.grace_period ({grace} s) + 10 s: "
+            "Docker would kill a batch that is finishing"
+        )
+    if not cfg.metrics.enabled or cfg.metrics.host not in ("0.0.0.0", "::"):
+        found.append(f"{CONFIG_FILE}: metrics are not served to other containers (metrics.*)")
+    published = [str(p).rpartition(":")[2].split("/")[0] for p in cdc.get("ports") or []]
+    if str(cfg.metrics.port) not in published:
+        found.append(f"cdc: the metrics port {cfg.metrics.port} is not published")
+
+    # -- the header's commands use files the image holds
+    allowed = [PurePosixPath(p) for p in cfg.allowed_locations]
+    for line in setup.header.splitlines():
+        words = shlex.split(line.lstrip("# "))
+        if words[:5] == ["docker", "compose", "exec", "cdc", "cdc"] and words[5:6] == ["publish"]:
+            for path in words[6:]:
+                shipped = in_image(path, files)
+                if shipped is None or not shipped.is_file():
+                    found.append(f"header: `cdc publish {path}`: no such file in the image")
+                    continue
+                for request in shipped.read_text().splitlines():
+                    for action in json.loads(request)["actions"]:
+                        uri = action.get("locationUri", "")
+                        if in_image(uri, files) is None or not under(uri, allowed):
+                            found.append(f"header: {path} reads {uri}: not allowed or not there")
+    found.extend(feed_problems(setup, services, cfg))
+    return found
+
+
+def feed_problems(setup: Setup, services: dict[str, Any], cfg: Any) -> list[str]:
+    """Profile ``cdc``: PostgreSQL, Connect with Debezium, the connector's registration, and the
+    job's change feed agree (the tutorial's section 7 runs with ``--profile cdc up``)."""
+    found: list[str] = []
+    wanted = ("postgres", "connect", "connector")
+    for name in wanted:
+        if name not in services:
+            found.append(f"profile cdc: no {name} service")
+        elif "cdc" not in (services[name].get("profiles") or []):
+            found.append(f"{name}: not in profile cdc (it would start with every `up`)")
+    if found:
+        return found
+    postgres, connect, connector = (services[n] for n in wanted)
+    penv = environment(postgres)
+    if "wal_level=logical" not in " ".join(postgres.get("command") or []):
+        found.append("postgres: wal_level=logical is not set (no logical decoding)")
+    init = next(
+        (
+            setup.repo / source
+            for target, source in mounts(postgres).items()
+            if target.is_relative_to("/docker-entrypoint-initdb.d")
+        ),
+        None,
+    )
+    connector_file = next(
+        (setup.repo / source for source in mounts(connector).values() if source.endswith(".json")),
+        None,
+    )
+    if init is None or not init.is_file():
+        found.append("postgres: no init script from the repository creates the tables")
+    if connector_file is None or not connector_file.is_file():
+        found.append("connector: no connector config from the repository")
+        return found
+    config = json.loads(connector_file.read_text())
+    command = " ".join(connector.get("command") or [])
+    if "connect:8083/connectors/" not in command or f"@/{connector_file.name}" not in command:
+        found.append("connector: does not send its config to the connect service")
+    cenv = environment(connect)
+    if cenv.get("BOOTSTRAP_SERVERS") != cfg.kafka.bootstrap:
+        found.append("connect: BOOTSTRAP_SERVERS is not the broker the job reads")
+    expected = {
+        "database.hostname": "postgres",
+        "database.user": penv.get("POSTGRES_USER"),
+        "database.password": penv.get("POSTGRES_PASSWORD"),
+        "database.dbname": penv.get("POSTGRES_DB"),
+        "provide.transaction.metadata": "true",
+    }
+    for key, value in expected.items():
+        if config.get(key) != value:
+            found.append(f"connector: {key} is {config.get(key)!r}, not {value!r}")
+    feeds = [f for f in cfg.kafka.change_feeds if f.topic_prefix == config.get("topic.prefix")]
+    if not feeds:
+        found.append(
+            f"{CONFIG_FILE}: no change feed reads topic.prefix {config.get('topic.prefix')}"
+        )
+        return found
+    included = set(str(config.get("table.include.list", "")).split(","))
+    script = init.read_text() if init is not None and init.is_file() else ""
+    for source in feeds[0].tables.values():
+        if source not in included:
+            found.append(f"connector: table.include.list lacks {source}, which the feed maps")
+        if f"CREATE TABLE {source.split('.')[-1]} " not in script:
+            found.append(f"postgres: the init script does not create {source}")
     return found
 
 
@@ -449,6 +604,64 @@ BREAKAGES: dict[str, tuple[Callable[[Setup], None], str]] = {
     "config not shipped": (
         _dockerfile("COPY cdc.docker.yaml ./\n", ""),
         "is not cdc.docker.yaml",
+    ),
+    "maven in the image": (
+        _dockerfile("openjdk-17-jre-headless", "openjdk-17-jre-headless maven"),
+        "keeps build tools",
+    ),
+    "runs as root": (_dockerfile("USER cdc\n", ""), "runs as root"),
+    "jars not copied from their stage": (
+        _dockerfile("COPY --from=jars /build/jars/spark ./jars/spark\n", ""),
+        "CDC_SPARK__JARS_DIR",
+    ),
+    "short stop grace period": (
+        lambda s: s.compose["services"]["cdc"].update(stop_grace_period="10s"),
+        "stop_grace_period 10 s",
+    ),
+    "metrics off": (
+        lambda s: s.config["metrics"].update(enabled=False),
+        "metrics are not served",
+    ),
+    "metrics port unpublished": (
+        lambda s: s.compose["services"]["cdc"].pop("ports"),
+        "metrics port 9464 is not published",
+    ),
+    "header publishes a file nothing creates": (
+        lambda s: setattr(
+            s, "header", "#   docker compose exec cdc cdc publish /data/landing/requests.jsonl"
+        ),
+        "no such file in the image",
+    ),
+    "sample data not allowed": (
+        lambda s: s.config.update(allowed_locations=["/data/input", "/data/landing"]),
+        "not allowed or not there",
+    ),
+    "no connect service": (lambda s: s.compose["services"].pop("connect"), "no connect service"),
+    "postgres outside the profile": (
+        lambda s: s.compose["services"]["postgres"].pop("profiles"),
+        "postgres: not in profile cdc",
+    ),
+    "no logical decoding": (
+        lambda s: s.compose["services"]["postgres"].update(command=["postgres"]),
+        "wal_level=logical",
+    ),
+    "connect on another broker": (
+        lambda s: _env(s, "connect").update(BOOTSTRAP_SERVERS="broker:9092"),
+        "BOOTSTRAP_SERVERS is not the broker",
+    ),
+    "feed on another prefix": (
+        lambda s: s.config["kafka"]["change_feeds"][0].update(topic_prefix="other"),
+        "no change feed reads topic.prefix pg",
+    ),
+    "feed maps a table the connector leaves out": (
+        lambda s: s.config["kafka"]["change_feeds"][0].update(
+            tables={"shop.Customer": "public.clients"}
+        ),
+        "table.include.list lacks public.clients",
+    ),
+    "connector with another password": (
+        lambda s: _env(s, "postgres").update(POSTGRES_PASSWORD="secret"),
+        "database.password",
     ),
     "command runs another config": (
         lambda s: s.compose["services"]["cdc"].update(
