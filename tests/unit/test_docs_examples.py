@@ -177,6 +177,9 @@ def command_mentions() -> list[tuple[str, str, list[str]]]:
                 command = match.group(1)
                 if command == "cdc":  # `docker compose exec cdc cdc publish`: the service
                     continue
+                if text[: match.start()].rstrip().endswith(("--profile", "-U")):
+                    continue  # `docker compose --profile cdc up`, `psql -U cdc`: names
+
                 rest = text[match.end() + len(command) :]
                 end = COMMAND_END.search(rest)
                 options = OPTION.findall(rest[: end.start()] if end else rest)
