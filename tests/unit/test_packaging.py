@@ -7,43 +7,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_installing_the_package_beside_its_pyspark_installs_only_the_package(
-    tmp_path: Path,
-) -> None:
-    report = tmp_path / "report.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--dry-run",
-            "--no-index",  # everything it needs must be here already: nothing is fetched
-            "--no-build-isolation",
-            "--ignore-installed",
-            "--no-deps",
-            "--report",
-            str(report),
-            str(ROOT),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    (package,) = json.loads(report.read_text())["install"]
-    requires = package["metadata"]["requires_dist"]
-    pinned = [r for r in requires if "==" in r and "extra ==" not in r]
-    assert pinned == [], f"runtime dependencies pinned exactly: {pinned}"
-    assert "pyspark<4.3,>=4.2.0" in requires and "delta-spark<4.5,>=4.4.0" in requires
-    assert package["metadata"]["license_expression"] == "Apache-2.0"
-
-    # With its dependencies resolved against this environment (pyspark 4.2.0 and the rest
-    # installed): only the package itself is installed, no second Spark.
+def would_install(report: Path, *options: str) -> list[dict[str, Any]]:
+    """What ``pip install`` of this checkout would install here (a dry run, nothing fetched:
+    everything it needs must be installed already)."""
     done = subprocess.run(
         [
             sys.executable,
@@ -55,6 +26,7 @@ def test_installing_the_package_beside_its_pyspark_installs_only_the_package(
             "--no-build-isolation",
             "--report",
             str(report),
+            *options,
             str(ROOT),
         ],
         capture_output=True,
@@ -62,5 +34,21 @@ def test_installing_the_package_beside_its_pyspark_installs_only_the_package(
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    installed = [p["metadata"]["name"] for p in json.loads(report.read_text())["install"]]
-    assert installed == ["cdc-processor"]
+    installed: list[dict[str, Any]] = json.loads(report.read_text())["install"]
+    return installed
+
+
+def test_installing_the_package_beside_its_pyspark_installs_only_the_package(
+    tmp_path: Path,
+) -> None:
+    (package,) = would_install(tmp_path / "alone.json", "--ignore-installed", "--no-deps")
+    requires = package["metadata"]["requires_dist"]
+    pinned = [r for r in requires if "==" in r and "extra ==" not in r]
+    assert pinned == [], f"runtime dependencies pinned exactly: {pinned}"
+    assert "pyspark<4.3,>=4.2.0" in requires and "delta-spark<4.5,>=4.4.0" in requires
+    assert package["metadata"]["license_expression"] == "Apache-2.0"
+
+    # With its dependencies resolved against this environment (pyspark 4.2.0 and the rest
+    # installed): only the package itself is installed, no second Spark.
+    beside = would_install(tmp_path / "beside.json")
+    assert [p["metadata"]["name"] for p in beside] == ["cdc-processor"]
