@@ -41,6 +41,7 @@ from streaming.core.catalog import Dataset
 from streaming.core.config import ChangeFeedConfig, duration_seconds
 from streaming.core.errors import ConfigError, RejectedError
 from streaming.core.fold import MISSING
+from streaming.core.sourceschema import SchemaChanges
 
 FLAGS = "$flags:"
 """A staged row's column ``$flags:<column>`` = ``MISSING``: the source did not send the value
@@ -73,6 +74,8 @@ class Feed:
     placeholder: str = "__debezium_unavailable_value"
     """Debezium's ``unavailable.value.placeholder``: what stands for a value the source did not
     send (PostgreSQL's unchanged TOASTed columns, Oracle's unchanged LOBs)."""
+    schema_changes: SchemaChanges = "evolve"
+    """A column the events carry and the schema lacks: ``core.sourceschema``."""
 
     @property
     def all_topics(self) -> list[str]:
@@ -122,6 +125,8 @@ class DataEvent:
     ``data_collection_order``), else its offset."""
     unavailable: tuple[str, ...] = ()
     """Columns whose value the source did not send (``unavailable``): the stored value stays."""
+    fields: Mapping[str, Any] | None = None
+    """The Connect schemas of the row's columns (the JSON converter's schema); None without."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +192,7 @@ def feed_of(cfg: ChangeFeedConfig, index: int, datasets: Mapping[str, Dataset]) 
         timedelta(seconds=duration_seconds(cfg.max_wait)),
         cfg.max_pending_events,
         cfg.unavailable_value_placeholder,
+        cfg.schema_changes,
     )
 
 
@@ -435,8 +441,9 @@ def read_debezium(feed: Feed, record: Received, decode: Decode) -> Item | None:
         before = _row(value.get("before"), _field_schemas(schema, "before"), record, "before")
         row, unavailable = _available(row, before, schemas, feed.placeholder)
     return DataEvent(
-        record, table, mapped, row, key_id(key), position, transaction, place, unavailable
-    )
+        record, table, mapped, row, key_id(key), position, transaction, place, unavailable,
+        schemas or None,
+    )  # fmt: skip
 
 
 def _boundary(record: Received, value: Mapping[str, Any]) -> Boundary:

@@ -348,6 +348,13 @@ class ChangeFeedConfig(_Strict):
         "or array) keeps its stored value, or takes the event's `before` value where there is "
         "one (REPLICA IDENTITY FULL); never written as data",
     )
+    schema_changes: Literal["evolve", "fail", "ignore"] = Field(
+        "evolve",
+        description="A column the events carry and the schema lacks (added in the source): "
+        "`evolve` adds it to the schema's tables as a nullable property and keeps its values; "
+        "`fail` stops the job (SOURCE_SCHEMA_CHANGED) before applying it; `ignore` leaves it "
+        "out (one warning per column)",
+    )
 
     @model_validator(mode="after")
     def _topics_given(self) -> ChangeFeedConfig:

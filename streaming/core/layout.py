@@ -75,6 +75,11 @@ class Layout:
         """Change-feed records of source transactions not applied yet (``storage.pending``)."""
         return _join(self.warehouse, "_system", "pending")
 
+    @property
+    def evolved(self) -> str:
+        """Properties the change feeds added to the schemas (``storage.evolved``)."""
+        return _join(self.warehouse, "_system", "evolved_properties")
+
     # -- streaming ---------------------------------------------------------------------------
     @property
     def checkpoint(self) -> str:

@@ -35,6 +35,7 @@ from streaming.core.config import AppConfig
 from streaming.core.errors import CdcError, ConfigError
 from streaming.core.failures import query_failure
 from streaming.core.layout import CURRENT_FILE_MIB, Layout
+from streaming.core.sourceschema import with_evolved
 from streaming.runtime.lease import Lease
 from streaming.runtime.metrics import Exporter, Metrics, serve
 from streaming.runtime.observe import ProgressListener
@@ -49,6 +50,7 @@ from streaming.runtime.stopping import (
     StopRequested,
 )
 from streaming.runtime.upkeep import Upkeep, retention_properties
+from streaming.storage import evolved
 from streaming.storage.evolution import evolve
 from streaming.storage.maintain import current_tables
 from streaming.storage.schemas import (
@@ -203,8 +205,10 @@ class Job:
         exporter: Exporter | None,
         lease: Lease,
     ) -> Job:
-        datasets = load_datasets(cfg)
         kafka = cfg.kafka
+        datasets = load_datasets(cfg)
+        if kafka is not None and kafka.change_feeds:  # and the properties the feeds added
+            datasets = with_evolved(datasets, evolved.read(spark, layout.evolved))
         feeds = [
             feed_of(feed, index, datasets)
             for index, feed in enumerate(kafka.change_feeds if kafka else [])

@@ -64,6 +64,7 @@ from streaming.runtime.lease import Lease
 from streaming.runtime.metering import Cost, Meter
 from streaming.runtime.metrics import Metrics
 from streaming.runtime.parallel import Sessions
+from streaming.runtime.sourcecolumns import SourceColumns
 from streaming.runtime.stopping import BatchGate, StopRequested
 from streaming.runtime.upkeep import Upkeep
 from streaming.storage import ledger, pending, system
@@ -113,6 +114,8 @@ class Sink:
     waiting: pending.Waiting = field(default_factory=pending.Waiting, init=False)
     """The change feeds' records that wait, held between batches (``storage.pending``)."""
     sessions: Sessions = field(init=False)
+    columns: SourceColumns = field(init=False)
+    """The change feeds' new source columns (``schema_changes``; ``runtime.sourcecolumns``)."""
     gate: BatchGate = field(default_factory=BatchGate, init=False)
     """Whether a batch runs now; closed by a stopping job (``runtime.stopping``)."""
     deleted: DeletedKeys = field(default_factory=DeletedKeys, init=False)
@@ -135,6 +138,7 @@ class Sink:
 
     def __post_init__(self) -> None:
         self.sessions = Sessions(self.spark, self.writers)
+        self.columns = SourceColumns(self.spark, self.layout)
         if self.upkeep is not None:
             self.upkeep.moved = self._upkept
             self.upkeep.reraise = lambda e: _interruption(e) is not None
@@ -296,6 +300,8 @@ class Sink:
             if not records:
                 continue
             assembly = assemble(feed, records, self.decode_change, at, self._ledger_holds)
+            # New source columns, by the feed's policy, before anything of the batch is applied.
+            self.datasets = self.columns.follow(feed, self.datasets, assembly.ready, batch_id)
             if assembly.waiting:
                 after[feed.name] = assembly.waiting
             for place, item in enumerate(assembly.ready):

@@ -1,0 +1,388 @@
+"""A source table's columns as its change events carry them, against the schema's properties
+(docs/interface.md, "Columns added in the source"). Pure: no Spark, no Kafka client.
+
+A column of a change event that the schema has no property for is *new*; what happens to it is
+the feed's ``schema_changes`` policy (``kafka.change_feeds[].schema_changes``):
+
+- ``evolve`` (the default): it becomes a nullable property of the schema — named as the column
+  (the name the job matches columns by: any case, with or without underscores), typed from the
+  JSON converter's Connect schema (``column_type``), or ``string`` without one (a value of any
+  JSON type keeps as text; a type guessed from the first values could be refused by later
+  ones) — its column is added to the schema's tables before the event is applied, and what was
+  added is kept in ``_system/evolved_properties`` so that a restart reads the same definition
+  (``with_evolved``);
+- ``fail``: the job stops before applying the event (``SOURCE_SCHEMA_CHANGED``);
+- ``ignore``: the column is left out, one warning per column.
+
+Whatever the policy, a column whose Connect type no longer fits its property's type (``fits``:
+its values would be cut or changed on the way into it — a double into an integer property, a
+timestamp into a date) stops the job (``SOURCE_TYPE_CHANGED``). Text fits every property: its
+values are checked one by one as a file's are (a value that does not cast is a mistyped value).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from streaming.core.catalog import META_COLUMNS, Dataset, PropertyDef, SchemaDef
+from streaming.core.errors import CdcError
+
+SchemaChanges = Literal["evolve", "fail", "ignore"]
+"""A feed's policy for a column its events carry and its schema lacks."""
+
+Kind = Literal[
+    "integer", "float", "decimal", "boolean", "date", "timestamp", "text", "bytes", "composite"
+]
+
+DECIMAL_SCALE = 9
+DECIMAL_INTEGER_DIGITS = 29
+"""A ``decimal`` property is decimal(38, 9) (``storage.schemas.SPARK_TYPES``)."""
+
+_INTS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
+_DATES = {"io.debezium.time.Date", "org.apache.kafka.connect.data.Date"}
+_TIMESTAMPS = {
+    "io.debezium.time.Timestamp",
+    "io.debezium.time.MicroTimestamp",
+    "io.debezium.time.NanoTimestamp",
+    "io.debezium.time.ZonedTimestamp",
+    "org.apache.kafka.connect.data.Timestamp",
+}
+_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+_VARIABLE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+
+
+class SourceSchemaChanged(CdcError):
+    """A feed with ``schema_changes: fail`` met a column its schema lacks: the job stops."""
+
+    code = "SOURCE_SCHEMA_CHANGED"
+
+
+class SourceTypeChanged(CdcError):
+    """A column's type in the source no longer fits its property: the job stops."""
+
+    code = "SOURCE_TYPE_CHANGED"
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """What a column's Connect schema says: the property type a new column gets, the kind of
+    its values (``fits``) and the type as the schema names it (for messages)."""
+
+    type: str
+    kind: Kind
+    connect: str
+    bits: int = 0
+    """integer: 8, 16, 32 or 64."""
+    scale: int | None = None
+    """decimal: its scale; None: variable (Debezium's VariableScaleDecimal)."""
+
+
+UNTYPED = ColumnType("string", "text", "no schema")
+"""A column of an event without the converter's schema (``schemas.enable=false``, DMS)."""
+
+
+def column_type(schema: Mapping[str, Any] | None) -> ColumnType:
+    """A column's Connect schema (a field of the envelope's ``after``/``before`` struct) → its
+    type: int8/16/32/64 → integer; float/double → number; boolean; string → string; Date → date;
+    Timestamp, Micro-/NanoTimestamp, ZonedTimestamp → timestamp; Decimal with a scale up to 9 and
+    up to 29 integer digits → decimal (a decimal(38, 9) keeps it); a wider Decimal, Debezium's
+    VariableScaleDecimal (a NUMERIC without precision) → string (its exact text); bytes → string
+    (base64, as the JSON carries it); Json, Uuid, Enum, Xml, ZonedTime, Interval … (strings) →
+    string; Time, MicroTime, NanoTime → integer (as Debezium sends them: since midnight, in ms,
+    µs or ns); struct, array, map → string (the JSON text)."""
+    if not schema:
+        return UNTYPED
+    base = str(schema.get("type") or "")
+    name = str(schema.get("name") or "")
+    connect = f"{name} ({base})" if name else base
+    if name in _DATES:
+        return ColumnType("date", "date", connect)
+    if name in _TIMESTAMPS:
+        return ColumnType("timestamp", "timestamp", connect)
+    if name == _DECIMAL:
+        parameters = schema.get("parameters") or {}
+        scale = int(parameters.get("scale", 0))
+        precision = int(parameters.get("connect.decimal.precision", 0) or 0)
+        connect = f"{name} (scale {scale}{f', precision {precision}' if precision else ''})"
+        fits_decimal = scale <= DECIMAL_SCALE and precision - scale <= DECIMAL_INTEGER_DIGITS
+        return ColumnType("decimal" if fits_decimal else "string", "decimal", connect, 0, scale)
+    if name == _VARIABLE_DECIMAL:
+        return ColumnType("string", "decimal", connect)
+    if base in _INTS:
+        return ColumnType("integer", "integer", connect, _INTS[base])
+    if base in ("float", "double", "float32", "float64"):
+        return ColumnType("number", "float", connect)
+    if base == "boolean":
+        return ColumnType("boolean", "boolean", connect)
+    if base == "bytes":
+        return ColumnType("string", "bytes", connect)
+    if base in ("struct", "array", "map"):
+        return ColumnType("string", "composite", connect)
+    return ColumnType("string", "text", connect)
+
+
+_FITS: dict[str, set[str]] = {
+    "integer": {"integer"},
+    "number": {"integer", "float", "decimal"},
+    "decimal": {"integer", "decimal"},
+    "boolean": {"boolean"},
+    "date": {"date"},
+    "datetime": {"date", "timestamp"},
+    "timestamp": {"date", "timestamp"},
+    "binary": {"bytes"},
+}
+
+
+def fits(column: ColumnType, prop: PropertyDef) -> bool:
+    """Whether every value of a column of type ``column`` keeps in the property ``prop``: a
+    string property keeps any value (as text); text (and a column without a schema) goes into
+    any property, its values checked one by one; a number keeps integers, floats and decimals
+    (as its definition chose); a decimal(38, 9) keeps integers and decimals of a scale up to 9
+    (a variable one is checked value by value); an integer only integers; a date only dates;
+    a timestamp dates and timestamps. Composite properties (array, map, object) take composite
+    columns and text."""
+    if column.kind == "text" or prop.base_type == "string":
+        return True
+    if prop.base_type in ("array", "map", "object"):
+        return column.kind == "composite"
+    if column.kind not in _FITS.get(prop.base_type, set()):
+        return False
+    if prop.base_type == "decimal" and column.kind == "decimal":
+        return column.scale is None or column.scale <= DECIMAL_SCALE
+    return True
+
+
+def _loose(name: str) -> str:
+    """The spelling a column shares with the property it feeds (``core.columns``)."""
+    return name.replace("_", "").lower()
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class NewColumn:
+    """A column of a source table its schema has no property for."""
+
+    feed: str
+    dataset: str
+    schema: str
+    source_table: str
+    column: str
+    type: ColumnType
+    where: str
+    """The record it was first seen in (``kafka:<topic>[<partition>]@<offset>``)."""
+
+    @property
+    def usable(self) -> bool:
+        """Whether it can be a property: a valid name, not an object's meta column."""
+        if not _NAME.fullmatch(self.column) or self.column.startswith("__"):
+            return False
+        return self.column.lower() not in META_COLUMNS
+
+    @property
+    def property(self) -> PropertyDef:
+        return PropertyDef(type=self.type.type)
+
+
+@dataclass(frozen=True)
+class TypeConflict:
+    """A column whose Connect type does not fit its property's type."""
+
+    feed: str
+    dataset: str
+    schema: str
+    source_table: str
+    column: str
+    property: str
+    property_type: str
+    type: ColumnType
+    where: str
+
+
+@dataclass
+class Changes:
+    """What a feed's ready events carry that their schemas do not say."""
+
+    new: list[NewColumn] = field(default_factory=list)
+    conflicts: list[TypeConflict] = field(default_factory=list)
+
+
+def source_changes(
+    feed: str,
+    dataset: Dataset,
+    tables: Mapping[str, str],
+    events: Iterable[Any],
+) -> Changes:
+    """The new columns and the type conflicts of a feed's ``events`` (``core.changefeed``'s
+    ``DataEvent``s: ``table``, ``row``, ``fields``, ``record``; in the order they apply), each
+    column once: at its first event. ``tables``: source table → schema name."""
+    out = Changes()
+    seen: set[tuple[str, str]] = set()
+    known: dict[str, dict[str, str]] = {}
+    for event in events:
+        schema_name = tables.get(event.table)
+        schema = dataset.get(schema_name) if schema_name else None
+        if schema is None or event.row is None:
+            continue
+        by_loose = known.get(schema.name)
+        if by_loose is None:
+            by_loose = known[schema.name] = _property_names(schema)
+        fields = event.fields or {}
+        for column in (*event.row, *(c for c in fields if c not in event.row)):
+            if (schema.name, column) in seen:
+                continue
+            seen.add((schema.name, column))
+            kind = column_type(fields.get(column)) if fields else UNTYPED
+            where = event.record.where
+            prop = by_loose.get(_loose(column))
+            if prop is None:
+                out.new.append(
+                    NewColumn(feed, dataset.name, schema.name, event.table, column, kind, where)
+                )
+                continue
+            definition = schema.properties.get(prop)
+            if definition is not None and fields and not fits(kind, definition):
+                out.conflicts.append(
+                    TypeConflict(
+                        feed,
+                        dataset.name,
+                        schema.name,
+                        event.table,
+                        column,
+                        prop,
+                        definition.type,
+                        kind,
+                        where,
+                    )
+                )
+    return out
+
+
+def _property_names(schema: SchemaDef) -> dict[str, str]:
+    """loose spelling → property: the schema's properties, an object's id, and the columns
+    its ``columnMapping`` names."""
+    names = {_loose(p): p for p in schema.properties}
+    if schema.is_object:
+        names.setdefault("id", "id")
+    for prop, column in schema.column_mapping.items():
+        names.setdefault(_loose(column), prop)
+    return names
+
+
+def evolved(datasets: Mapping[str, Dataset], new: Sequence[NewColumn]) -> dict[str, Dataset]:
+    """``datasets`` with each usable new column a property of its schema (after the others);
+    a column whose schema already has a property of that spelling is left as it is."""
+    out = dict(datasets)
+    for column in new:
+        if not column.usable:
+            continue
+        dataset = out.get(column.dataset)
+        schema = dataset.get(column.schema) if dataset else None
+        if dataset is None or schema is None:
+            continue
+        if any(_loose(p) == _loose(column.column) for p in schema.properties):
+            continue
+        grown = schema.model_copy(
+            update={"properties": {**schema.properties, column.column: column.property}}
+        )
+        out[column.dataset] = dataset.model_copy(
+            update={"schemas": {**dataset.schemas, column.schema: grown}}
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class EvolvedProperty:
+    """A property a change feed added (a row of ``_system/evolved_properties``)."""
+
+    dataset: str
+    schema: str
+    property: str
+    type: str
+
+
+def with_evolved(
+    datasets: Mapping[str, Dataset], added: Iterable[EvolvedProperty]
+) -> dict[str, Dataset]:
+    """The definitions the job runs with: each dataset file's, and after its properties those a
+    change feed added that the file does not have (in any case or spelling: the file's wins,
+    so a property added to the file later is the file's from then on)."""
+    out = dict(datasets)
+    for item in added:
+        dataset = out.get(item.dataset)
+        schema = dataset.get(item.schema) if dataset else None
+        if dataset is None or schema is None or schema.kind not in ("object", "record"):
+            continue
+        if any(_loose(p) == _loose(item.property) for p in schema.properties):
+            continue
+        grown = schema.model_copy(
+            update={"properties": {**schema.properties, item.property: PropertyDef(type=item.type)}}
+        )
+        out[item.dataset] = dataset.model_copy(
+            update={"schemas": {**dataset.schemas, item.schema: grown}}
+        )
+    return out
+
+
+def _described(column: NewColumn) -> str:
+    return (
+        f"column {column.column!r} of source table {column.source_table} (schema "
+        f"{column.schema}, type {column.type.connect}, first in {column.where})"
+    )
+
+
+def schema_changed(new: Sequence[NewColumn]) -> SourceSchemaChanged:
+    """The stop of a feed with ``schema_changes: fail``."""
+    first = new[0]
+    columns = "; ".join(_described(c) for c in new)
+    lines = "\n".join(
+        f"    {c.schema}: {{properties: {{{c.column}: {{type: {c.type.type}}}}}}}" for c in new
+    )
+    return SourceSchemaChanged(
+        f"change feed {first.feed!r} (dataset {first.dataset}): the source has a column its "
+        f"schema lacks — {columns}. Nothing from this batch on was applied (it is read again "
+        "at the next start). To fix: add the property to the dataset definition, e.g.\n"
+        f"{lines}\nor set kafka.change_feeds[].schema_changes to evolve (add it to the tables) "
+        "or ignore (leave it out), then start the job again"
+    )
+
+
+def type_changed(conflicts: Sequence[TypeConflict]) -> SourceTypeChanged:
+    """The stop for columns whose type no longer fits their property."""
+    first = conflicts[0]
+    parts = "; ".join(
+        f"column {c.column!r} of source table {c.source_table} (schema {c.schema}, property "
+        f"{c.property}: {c.property_type}) now has type {c.type.connect} (first in {c.where})"
+        for c in conflicts
+    )
+    return SourceTypeChanged(
+        f"change feed {first.feed!r} (dataset {first.dataset}): {parts}; its values would not "
+        "keep in the property's type, so nothing from this batch on was applied (it is read "
+        "again at the next start). To fix: change the column back to a type that fits in the "
+        "source, or add the column under a new property name in the source and the definition "
+        "(the tables cannot change a column's type in place)"
+    )
+
+
+def ignored_warning(column: NewColumn, policy: SchemaChanges) -> str:
+    """The one warning for a new column that is left out."""
+    if not column.usable:
+        why = (
+            f"its name cannot be a property of {column.schema} (an object's meta column, a "
+            "name with __ or other than letters, digits and _)"
+        )
+        fix = "rename it in the source, or map it with the schema's columnMapping"
+    else:
+        why = f"the feed's schema_changes is {policy}"
+        fix = (
+            f"add `{column.column}: {{type: {column.type.type}}}` to the properties of "
+            f"{column.schema}, or set schema_changes: evolve"
+        )
+    return (
+        f"change feed {column.feed!r}: {_described(column)} is not in the schema and is left "
+        f"out: {why}. To keep its values: {fix}"
+    )

@@ -1,0 +1,80 @@
+"""A change feed's new source columns, by its ``schema_changes`` policy, before its ready
+transactions are applied (``core.sourceschema`` decides; ``storage.evolved`` writes)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+
+from streaming.core.catalog import Dataset
+from streaming.core.changefeed import Feed, SourceTransaction
+from streaming.core.layout import Layout
+from streaming.core.sourceschema import (
+    evolved,
+    ignored_warning,
+    schema_changed,
+    source_changes,
+    type_changed,
+)
+from streaming.storage.evolved import add_properties
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SourceColumns:
+    spark: SparkSession
+    layout: Layout
+    warned: set[tuple[str, str, str]] = field(default_factory=set)
+    """(feed, schema, column) of the columns left out that a warning named (one each)."""
+
+    def follow(
+        self,
+        feed: Feed,
+        datasets: Mapping[str, Dataset],
+        ready: Sequence[SourceTransaction],
+        batch_id: int,
+    ) -> Mapping[str, Dataset]:
+        """The definitions the feed's ``ready`` transactions apply with: ``datasets``, and with
+        ``schema_changes: evolve`` the new columns as properties (their columns added to the
+        tables). Raises ``SOURCE_TYPE_CHANGED`` for a column whose type no longer fits, and with
+        ``fail`` ``SOURCE_SCHEMA_CHANGED`` for a new column: the batch stops before it applies
+        anything."""
+        dataset = datasets.get(feed.dataset)
+        if dataset is None:
+            return datasets
+        events = [e for item in ready if item.error is None for e in item.events]
+        changes = source_changes(feed.name, dataset, feed.tables, events)
+        if changes.conflicts:
+            raise type_changed(changes.conflicts)
+        if not changes.new:
+            return datasets
+        if feed.schema_changes == "fail":
+            raise schema_changed(changes.new)
+        added = [c for c in changes.new if feed.schema_changes == "evolve" and c.usable]
+        for column in changes.new:
+            key = (feed.name, column.schema, column.column)
+            if column not in added and key not in self.warned:
+                self.warned.add(key)
+                log.warning("%s", ignored_warning(column, feed.schema_changes))
+        if not added:
+            return datasets
+        grown = evolved(datasets, added)
+        add_properties(self.spark, self.layout, grown, added, batch_id)
+        for column in added:
+            log.warning(
+                "change feed %r: column %r of source table %s (%s) added to %s as the property "
+                "%s: %s (kafka.change_feeds[].schema_changes: evolve; recorded in %s)",
+                feed.name,
+                column.column,
+                column.source_table,
+                column.type.connect,
+                column.schema,
+                column.column,
+                column.type.type,
+                self.layout.evolved,
+            )
+        return grown
