@@ -221,7 +221,8 @@ def source_changes(
     ``DataEvent``s: ``table``, ``row``, ``fields``, ``record``; in the order they apply), each
     column once: at its first event. ``tables``: source table → schema name."""
     out = Changes()
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, tuple[str, str, str]]] = set()
+    named: set[tuple[str, str]] = set()
     known: dict[str, dict[str, str]] = {}
     for event in events:
         schema_name = tables.get(event.table)
@@ -233,16 +234,21 @@ def source_changes(
             by_loose = known[schema.name] = _property_names(schema)
         fields = event.fields or {}
         for column in (*event.row, *(c for c in fields if c not in event.row)):
-            if (schema.name, column) in seen:
+            field_schema = fields.get(column)
+            seen_as = (schema.name, column, _signature(field_schema))
+            if seen_as in seen:  # each column once per type it comes with
                 continue
-            seen.add((schema.name, column))
-            kind = column_type(fields.get(column)) if fields else UNTYPED
+            seen.add(seen_as)
+            kind = column_type(field_schema) if fields else UNTYPED
             where = event.record.where
             prop = by_loose.get(_loose(column))
             if prop is None:
-                out.new.append(
-                    NewColumn(feed, dataset.name, schema.name, event.table, column, kind, where)
-                )
+                if (schema.name, column) not in named:
+                    named.add((schema.name, column))
+                    new = NewColumn(
+                        feed, dataset.name, schema.name, event.table, column, kind, where
+                    )
+                    out.new.append(new)
                 continue
             definition = schema.properties.get(prop)
             if definition is not None and fields and not fits(kind, definition):
@@ -260,6 +266,13 @@ def source_changes(
                     )
                 )
     return out
+
+
+def _signature(schema: Mapping[str, Any] | None) -> tuple[str, str, str]:
+    if not schema:
+        return ("", "", "")
+    parameters = schema.get("parameters")
+    return (str(schema.get("type")), str(schema.get("name") or ""), str(parameters or ""))
 
 
 def _property_names(schema: SchemaDef) -> dict[str, str]:
