@@ -140,17 +140,18 @@ def test_an_update_after_the_alter_carries_it_too_and_it_is_named_once() -> None
     assert [c.column for c in changes.new] == ["tag"]
 
 
-def test_the_real_shop_events_column_the_schema_lacks_is_a_timestamp() -> None:
-    """customers has created_at (MicroTimestamp) that SHOP lacks; balance comes as text
-    (decimal.handling.mode=string) into a number property: it fits (checked value by value);
-    orders' customer_id feeds customerId (any case, with or without underscores)."""
+def test_the_real_shop_events_columns_the_schema_lacks_are_timestamps() -> None:
+    """customers has created_at (MicroTimestamp), orders placed_at (ZonedTimestamp), which
+    SHOP lacks; balance comes as text (decimal.handling.mode=string) into a number property: it
+    fits (checked value by value); orders' customer_id feeds customerId (any case, with or
+    without underscores)."""
     events = shop_events("snapshot_customers", "insert_customers", "insert_orders")
     changes = source_changes("shop", dataset("shop", SHOP), SHOP_TABLES, events)
     assert changes.conflicts == []
-    assert [(c.schema, c.column, c.type.type) for c in changes.new] == [
-        ("shop.Customer", "created_at", "timestamp")
+    assert [(c.schema, c.column, c.type.type, c.type.connect) for c in changes.new] == [
+        ("shop.Customer", "created_at", "timestamp", "io.debezium.time.MicroTimestamp (int64)"),
+        ("shop.Order", "placed_at", "timestamp", "io.debezium.time.ZonedTimestamp (string)"),
     ]
-    assert changes.new[0].type.connect == "io.debezium.time.MicroTimestamp (int64)"
 
 
 def test_a_delete_reads_before_and_an_unmapped_table_is_not_looked_at() -> None:
@@ -415,7 +416,7 @@ def test_an_unknown_policy_in_the_config_file_is_refused_naming_the_key() -> Non
 def _ready(policy: str) -> tuple[Any, list[Any]]:
     prefix = ADDED["topic_prefix"]
     docs = feed({"public.docs": "docs.Doc"}, prefix=prefix, metadata=False)
-    docs = dataclasses.replace(docs, schema_changes=policy)
+    docs = dataclasses.replace(docs, dataset="docs", schema_changes=policy)
     records = [received(ADDED[n], i) for i, n in enumerate(["insert_after_alter"])]
     return docs, assemble(docs, records, decode_json_value, T0).ready
 
