@@ -440,10 +440,10 @@ def read_debezium(feed: Feed, record: Received, decode: Decode) -> Item | None:
     if mapped != "D":
         before = _row(value.get("before"), _field_schemas(schema, "before"), record, "before")
         row, unavailable = _available(row, before, schemas, feed.placeholder)
+    fields = schemas or None
     return DataEvent(
-        record, table, mapped, row, key_id(key), position, transaction, place, unavailable,
-        schemas or None,
-    )  # fmt: skip
+        record, table, mapped, row, key_id(key), position, transaction, place, unavailable, fields
+    )
 
 
 def _boundary(record: Received, value: Mapping[str, Any]) -> Boundary:

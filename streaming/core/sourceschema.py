@@ -37,9 +37,10 @@ Kind = Literal[
     "integer", "float", "decimal", "boolean", "date", "timestamp", "text", "bytes", "composite"
 ]
 
-DECIMAL_SCALE = 9
-DECIMAL_INTEGER_DIGITS = 29
-"""A ``decimal`` property is decimal(38, 9) (``storage.schemas.SPARK_TYPES``)."""
+MAX_PRECISION = 38
+"""Spark's (and Delta's) widest decimal."""
+_INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
+"""Decimal digits an integer of so many bits needs."""
 
 _INTS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
 _DATES = {"io.debezium.time.Date", "org.apache.kafka.connect.data.Date"}
@@ -72,12 +73,16 @@ class ColumnType:
     its values (``fits``) and the type as the schema names it (for messages)."""
 
     type: str
+    """The property type a new column gets, as ``property_of`` reads it: a scalar type's
+    name, ``decimal(<precision>,<scale>)`` or ``array<<scalar type>>``."""
     kind: Kind
     connect: str
     bits: int = 0
     """integer: 8, 16, 32 or 64."""
     scale: int | None = None
     """decimal: its scale; None: variable (Debezium's VariableScaleDecimal)."""
+    precision: int | None = None
+    """decimal: its precision, if the schema gives it."""
 
 
 UNTYPED = ColumnType("string", "text", "no schema")
@@ -87,12 +92,13 @@ UNTYPED = ColumnType("string", "text", "no schema")
 def column_type(schema: Mapping[str, Any] | None) -> ColumnType:
     """A column's Connect schema (a field of the envelope's ``after``/``before`` struct) → its
     type: int8/16/32/64 → integer; float/double → number; boolean; string → string; Date → date;
-    Timestamp, Micro-/NanoTimestamp, ZonedTimestamp → timestamp; Decimal with a scale up to 9 and
-    up to 29 integer digits → decimal (a decimal(38, 9) keeps it); a wider Decimal, Debezium's
-    VariableScaleDecimal (a NUMERIC without precision) → string (its exact text); bytes → string
-    (base64, as the JSON carries it); Json, Uuid, Enum, Xml, ZonedTime, Interval … (strings) →
-    string; Time, MicroTime, NanoTime → integer (as Debezium sends them: since midnight, in ms,
-    µs or ns); struct, array, map → string (the JSON text)."""
+    Timestamp, Micro-/NanoTimestamp, ZonedTimestamp → timestamp; Decimal → decimal of its
+    precision (38 if the schema has none) and scale; Debezium's VariableScaleDecimal (a NUMERIC
+    without size) → string (its exact text: no one scale holds every value); bytes → binary;
+    Json, Uuid, Enum, Xml, ZonedTime, Interval … (strings) → string; Time, MicroTime, NanoTime →
+    integer (as Debezium sends them: since midnight, in ms, µs or ns); an array of integers,
+    numbers, booleans or strings → an array of them; other structs, arrays, maps → string (the
+    JSON text)."""
     if not schema:
         return UNTYPED
     base = str(schema.get("type") or "")
@@ -105,10 +111,12 @@ def column_type(schema: Mapping[str, Any] | None) -> ColumnType:
     if name == _DECIMAL:
         parameters = schema.get("parameters") or {}
         scale = int(parameters.get("scale", 0))
-        precision = int(parameters.get("connect.decimal.precision", 0) or 0)
-        connect = f"{name} (scale {scale}{f', precision {precision}' if precision else ''})"
-        fits_decimal = scale <= DECIMAL_SCALE and precision - scale <= DECIMAL_INTEGER_DIGITS
-        return ColumnType("decimal" if fits_decimal else "string", "decimal", connect, 0, scale)
+        given = int(parameters.get("connect.decimal.precision", 0) or 0) or None
+        connect = f"{name} (scale {scale}{f', precision {given}' if given else ''})"
+        precision = given or MAX_PRECISION
+        sized = 0 <= scale <= precision <= MAX_PRECISION
+        type_ = f"decimal({precision},{scale})" if sized else "string"
+        return ColumnType(type_, "decimal", connect, 0, scale, given)
     if name == _VARIABLE_DECIMAL:
         return ColumnType("string", "decimal", connect)
     if base in _INTS:
@@ -118,10 +126,48 @@ def column_type(schema: Mapping[str, Any] | None) -> ColumnType:
     if base == "boolean":
         return ColumnType("boolean", "boolean", connect)
     if base == "bytes":
-        return ColumnType("string", "bytes", connect)
-    if base in ("struct", "array", "map"):
+        return ColumnType("binary", "bytes", connect)
+    if base == "array":
+        items = schema.get("items")
+        if not isinstance(items, dict):
+            return ColumnType("string", "composite", connect)
+        element = column_type(items)
+        simple = element.kind in ("integer", "float", "boolean", "text") and not items.get("name")
+        type_ = f"array<{element.type}>" if simple else "string"
+        return ColumnType(type_, "composite", f"array of {element.connect}")
+    if base in ("struct", "map"):
         return ColumnType("string", "composite", connect)
     return ColumnType("string", "text", connect)
+
+
+def property_of(type_: str) -> PropertyDef:
+    """The property a ``ColumnType.type`` (or a row of ``_system/evolved_properties``) stands
+    for: ``integer``, ``decimal(10,2)``, ``array<string>`` …"""
+    if type_.startswith("decimal(") and type_.endswith(")"):
+        precision, scale = (int(n) for n in type_[len("decimal(") : -1].split(","))
+        return PropertyDef(type="decimal", precision=precision, scale=scale)
+    if type_.startswith("array<") and type_.endswith(">"):
+        return PropertyDef(type="array", items=property_of(type_[len("array<") : -1]))
+    return PropertyDef(type=type_)
+
+
+def type_text(prop: PropertyDef) -> str:
+    """A property's type as messages and ``property_of`` write it."""
+    if prop.base_type == "decimal":
+        return "decimal({},{})".format(*prop.decimal_digits)
+    if prop.items is not None:
+        return f"array<{type_text(prop.items)}>"
+    return prop.base_type
+
+
+def definition_text(prop: PropertyDef) -> str:
+    """A property's definition as the dataset file writes it (``{type: string}``)."""
+    if prop.base_type == "decimal":
+        precision, scale = prop.decimal_digits
+        return f"{{type: decimal, precision: {precision}, scale: {scale}}}"
+    if prop.items is not None:
+        return f"{{type: array, items: {definition_text(prop.items)}}}"
+    return f"{{type: {prop.type}}}"
 
 
 _FITS: dict[str, set[str]] = {
@@ -140,18 +186,24 @@ def fits(column: ColumnType, prop: PropertyDef) -> bool:
     """Whether every value of a column of type ``column`` keeps in the property ``prop``: a
     string property keeps any value (as text); text (and a column without a schema) goes into
     any property, its values checked one by one; a number keeps integers, floats and decimals
-    (as its definition chose); a decimal(38, 9) keeps integers and decimals of a scale up to 9
-    (a variable one is checked value by value); an integer only integers; a date only dates;
-    a timestamp dates and timestamps. Composite properties (array, map, object) take composite
-    columns and text."""
+    (as its definition chose); a decimal(P, S) integers and decimals of at most S digits after
+    the point and P - S before it (a variable one is checked value by value); an integer only
+    integers; a date only dates; a timestamp dates and timestamps. Composite properties (array,
+    map, object) take composite columns and text."""
     if column.kind == "text" or prop.base_type == "string":
         return True
     if prop.base_type in ("array", "map", "object"):
         return column.kind == "composite"
     if column.kind not in _FITS.get(prop.base_type, set()):
         return False
-    if prop.base_type == "decimal" and column.kind == "decimal":
-        return column.scale is None or column.scale <= DECIMAL_SCALE
+    if prop.base_type == "decimal":
+        precision, scale = prop.decimal_digits
+        if column.kind == "integer":
+            return _INT_DIGITS.get(column.bits, 19) <= precision - scale
+        if column.scale is None:  # variable: value by value
+            return True
+        digits = (column.precision or 0) - column.scale
+        return column.scale <= scale and digits <= precision - scale
     return True
 
 
@@ -185,7 +237,7 @@ class NewColumn:
 
     @property
     def property(self) -> PropertyDef:
-        return PropertyDef(type=self.type.type)
+        return property_of(self.type.type)
 
 
 @dataclass(frozen=True)
@@ -260,7 +312,7 @@ def source_changes(
                         event.table,
                         column,
                         prop,
-                        definition.type,
+                        type_text(definition),
                         kind,
                         where,
                     )
@@ -332,9 +384,8 @@ def with_evolved(
             continue
         if any(_loose(p) == _loose(item.property) for p in schema.properties):
             continue
-        grown = schema.model_copy(
-            update={"properties": {**schema.properties, item.property: PropertyDef(type=item.type)}}
-        )
+        prop = property_of(item.type)
+        grown = schema.model_copy(update={"properties": {**schema.properties, item.property: prop}})
         out[item.dataset] = dataset.model_copy(
             update={"schemas": {**dataset.schemas, item.schema: grown}}
         )
@@ -353,7 +404,8 @@ def schema_changed(new: Sequence[NewColumn]) -> SourceSchemaChanged:
     first = new[0]
     columns = "; ".join(_described(c) for c in new)
     lines = "\n".join(
-        f"    {c.schema}: {{properties: {{{c.column}: {{type: {c.type.type}}}}}}}" for c in new
+        f"    {c.schema}: {{properties: {{{c.column}: {definition_text(c.property)}}}}}"
+        for c in new
     )
     return SourceSchemaChanged(
         f"change feed {first.feed!r} (dataset {first.dataset}): the source has a column its "
@@ -392,7 +444,7 @@ def ignored_warning(column: NewColumn, policy: SchemaChanges) -> str:
     else:
         why = f"the feed's schema_changes is {policy}"
         fix = (
-            f"add `{column.column}: {{type: {column.type.type}}}` to the properties of "
+            f"add `{column.column}: {definition_text(column.property)}` to the properties of "
             f"{column.schema}, or set schema_changes: evolve"
         )
     return (

@@ -13,6 +13,7 @@ from streaming.core.catalog import Dataset
 from streaming.core.changefeed import Feed, SourceTransaction
 from streaming.core.layout import Layout
 from streaming.core.sourceschema import (
+    definition_text,
     evolved,
     ignored_warning,
     schema_changed,
@@ -67,14 +68,15 @@ class SourceColumns:
         for column in added:
             log.warning(
                 "change feed %r: column %r of source table %s (%s) added to %s as the property "
-                "%s: %s (kafka.change_feeds[].schema_changes: evolve; recorded in %s)",
+                "`%s: %s` (kafka.change_feeds[].schema_changes: evolve; recorded in %s; to "
+                "make it part of the dataset file, add it there as written here)",
                 feed.name,
                 column.column,
                 column.source_table,
                 column.type.connect,
                 column.schema,
                 column.column,
-                column.type.type,
+                definition_text(column.property),
                 self.layout.evolved,
             )
         return grown

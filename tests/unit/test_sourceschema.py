@@ -32,9 +32,11 @@ from streaming.core.sourceschema import (
     NewColumn,
     SourceSchemaChanged,
     column_type,
+    definition_text,
     evolved,
     fits,
     ignored_warning,
+    property_of,
     schema_changed,
     source_changes,
     type_changed,
@@ -102,17 +104,7 @@ def with_field(event: DataEvent, column: str, schema: dict[str, Any]) -> DataEve
     """The event with the Connect schema of one column replaced."""
     fields = dict(event.fields or {})
     fields[column] = {**schema, "field": column}
-    return DataEvent(
-        event.record,
-        event.table,
-        event.op,
-        event.row,
-        event.key,
-        event.position,
-        event.transaction,
-        event.order,
-        fields,
-    )
+    return dataclasses.replace(event, fields=fields)
 
 
 # -- the column added in Postgres, as Debezium sends it ------------------------------------------
@@ -211,19 +203,25 @@ def test_a_column_mapped_by_the_schema_is_not_new() -> None:
                 "name": "org.apache.kafka.connect.data.Decimal",
                 "parameters": {"scale": "2", "connect.decimal.precision": "10"},
             },
-            "decimal",
+            "decimal(10,2)",
         ),
-        (  # more scale than decimal(38, 9) keeps: its exact text
+        (
             {
                 "type": "bytes",
                 "name": "org.apache.kafka.connect.data.Decimal",
-                "parameters": {"scale": "12", "connect.decimal.precision": "20"},
+                "parameters": {"scale": "12"},
             },
-            "string",
+            "decimal(38,12)",
         ),
         ({"type": "struct", "name": "io.debezium.data.VariableScaleDecimal"}, "string"),
-        ({"type": "bytes"}, "string"),
-        ({"type": "array", "items": {"type": "int32"}}, "string"),
+        ({"type": "bytes"}, "binary"),
+        ({"type": "array", "items": {"type": "int32"}}, "array<integer>"),
+        ({"type": "array", "items": {"type": "string"}}, "array<string>"),
+        (  # an array of dates: Debezium's numbers, not dates: the JSON text
+            {"type": "array", "items": {"type": "int32", "name": "io.debezium.time.Date"}},
+            "string",
+        ),
+        ({"type": "map", "keys": {"type": "string"}, "values": {"type": "string"}}, "string"),
         (None, "string"),
     ],
 )
@@ -243,7 +241,7 @@ def test_every_type_a_new_column_gets_is_a_property_type_and_fits_its_own_proper
         {"type": "map"},
     ):
         kind = column_type(schema)
-        assert fits(kind, PropertyDef(type=kind.type)), schema
+        assert fits(kind, property_of(kind.type)), schema
 
 
 @pytest.mark.parametrize(
@@ -276,10 +274,25 @@ def test_every_type_a_new_column_gets_is_a_property_type_and_fits_its_own_proper
             True,
         ),
         ({"type": "double"}, "boolean", False),
+        ({"type": "int64"}, "decimal(10,2)", False),  # 19 digits do not fit in 8
+        ({"type": "int32"}, "decimal(12,2)", True),
+        (
+            {
+                "type": "bytes",
+                "name": "org.apache.kafka.connect.data.Decimal",
+                "parameters": {"scale": "2", "connect.decimal.precision": "12"},
+            },
+            "decimal(10,2)",
+            False,
+        ),
+        ({"type": "struct", "name": "io.debezium.data.VariableScaleDecimal"}, "decimal", True),
+        ({"type": "bytes"}, "binary", True),
+        ({"type": "array", "items": {"type": "int32"}}, "array<integer>", True),
+        ({"type": "int32"}, "array<integer>", False),
     ],
 )
 def test_what_fits_a_property(schema: dict[str, Any], prop: str, ok: bool) -> None:
-    assert fits(column_type(schema), PropertyDef(type=prop)) is ok
+    assert fits(column_type(schema), property_of(prop)) is ok
 
 
 def test_a_column_whose_type_no_longer_fits_is_a_conflict_naming_table_and_column() -> None:
@@ -315,6 +328,17 @@ def test_a_type_change_later_in_the_batch_is_seen_too() -> None:
 
 
 # -- evolving the definitions -------------------------------------------------------------------
+
+
+def test_types_as_recorded_and_as_the_dataset_file_writes_them() -> None:
+    for text, definition in [
+        ("string", "{type: string}"),
+        ("decimal(10,2)", "{type: decimal, precision: 10, scale: 2}"),
+        ("array<integer>", "{type: array, items: {type: integer}}"),
+    ]:
+        prop = property_of(text)
+        assert definition_text(prop) == definition
+        assert prop == PropertyDef.model_validate(yaml.safe_load(definition))
 
 
 def test_evolved_adds_the_property_after_the_others_and_leaves_the_rest() -> None:
