@@ -7,6 +7,8 @@ Debezium's Postgres connector in Kafka Connect → the test broker → the job �
   checkpoint starts (its definition and the table agree) and keeps writing ``tag``.
 - ``schema_changes: fail``: the job stops with SOURCE_SCHEMA_CHANGED before applying the
   event, and again at the next start; the table keeps what came before.
+- A column's type changed in the source so that its values no longer fit the property
+  (``integer`` → ``double precision``): SOURCE_TYPE_CHANGED, whatever the policy.
 """
 
 from __future__ import annotations
@@ -50,8 +52,12 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresClust
         yield pg
 
 
+def doc_path(warehouse: Path) -> Path:
+    return warehouse / "docs" / "docs" / "Doc"
+
+
 def delta_rows(warehouse: Path) -> dict[str, dict[str, Any]]:
-    table = deltalake.DeltaTable(str(warehouse / "docs" / "docs" / "Doc"))
+    table = deltalake.DeltaTable(str(doc_path(warehouse)))
     return {r["id"]: r for r in table.to_pyarrow_table().to_pylist()}
 
 
@@ -77,17 +83,22 @@ def setup(
     broker: LocalKafkaBroker,
     workdir: Path,
     policy: str | None,
+    *,
+    dataset: str = DOCS,
+    rank: bool = False,
 ) -> tuple[DebeziumPostgresConnect, AppConfig]:
+    """``docs (id, title)`` (and ``rank int``) with rows 1 and 2, a connector on it, the job's
+    config; the snapshot in Kafka."""
     prefix = f"pg{uuid.uuid4().hex[:6]}"
     pg.execute("DROP TABLE IF EXISTS docs")
-    pg.execute("CREATE TABLE docs (id int PRIMARY KEY, title text)")
+    pg.execute(f"CREATE TABLE docs (id int PRIMARY KEY, title text{', rank int' if rank else ''})")
     pg.execute("ALTER TABLE docs REPLICA IDENTITY FULL")
-    pg.execute("INSERT INTO docs VALUES (1, 'one'), (2, 'two')")
+    pg.execute("INSERT INTO docs (id, title) VALUES (1, 'one'), (2, 'two')")
     connect = DebeziumPostgresConnect(
         workdir, broker.bootstrap, pg, topic_prefix=prefix, tables=list(TABLES.values())
     )
     connect.start()
-    ws.dataset("docs", DOCS)
+    ws.dataset("docs", dataset)
     broker.create_topics([f"{prefix}.requests", f"{prefix}.outcomes"])
     feed: dict[str, Any] = {"name": "docs", "dataset": "docs", "topic_prefix": prefix}
     feed["tables"] = TABLES
@@ -125,14 +136,14 @@ def test_a_column_added_in_postgres_arrives_with_its_values_and_a_restart_agrees
         query = job.start(once=False)
         wait_until("the snapshot applied", lambda: len(outcomes(warehouse)) >= 1, timeout=240)
         assert "tag" not in next(iter(delta_rows(warehouse).values()))
-        pg.execute("ALTER TABLE docs ADD COLUMN tag text")
+        pg.execute("ALTER TABLE docs ADD COLUMN tag text, ADD COLUMN rank int")
         with pg.transaction() as cur:
-            cur.execute("INSERT INTO docs VALUES (3, 'three', 'red')")
+            cur.execute("INSERT INTO docs VALUES (3, 'three', 'red', 7)")
             cur.execute("UPDATE docs SET tag = 'blue' WHERE id = 1")
         time.sleep(2)
         with pg.transaction() as cur:
             cur.execute("UPDATE docs SET tag = 'green', title = 'TWO' WHERE id = 2")
-            cur.execute("INSERT INTO docs VALUES (4, 'four', NULL)")
+            cur.execute("INSERT INTO docs VALUES (4, 'four', NULL, NULL)")
         expected = pg_tags(pg)
         wait_until(
             "tag in Delta with Postgres's values, every outcome recorded",
@@ -156,20 +167,27 @@ def test_a_column_added_in_postgres_arrives_with_its_values_and_a_restart_agrees
     recorded = outcomes(warehouse)
     assert {o["status"] for o in recorded} == {"COMMITTED"}
     assert len([o for o in recorded if "@" not in o["transactionId"]]) == 2
+    ranks = {k: r["rank"] for k, r in delta_rows(warehouse).items()}
+    assert ranks == {"1": None, "2": None, "3": 7, "4": None}
+    fields = {
+        f.name: f.type for f in deltalake.DeltaTable(str(doc_path(warehouse))).schema().fields
+    }
+    assert str(fields["rank"]) == str(deltalake.schema.PrimitiveType("long"))  # integer
     history = deltalake.DeltaTable(str(warehouse / "docs" / "_history" / "docs" / "Doc"))
     tags = {(r["id"], r["tag"]) for r in history.to_pyarrow_table().to_pylist()}
     assert ("3", "red") in tags and ("1", "blue") in tags
     evolved = deltalake.DeltaTable(str(warehouse / "_system" / "evolved_properties"))
     rows = evolved.to_pyarrow_table().to_pylist()
     assert [(r["schema"], r["property"], r["type"]) for r in rows] == [
-        ("docs.Doc", "tag", "string")
+        ("docs.Doc", "tag", "string"),
+        ("docs.Doc", "rank", "integer"),
     ]
     # Started again on the same checkpoint: the definition (file + evolved) agrees with the
     # tables, and later changes of tag are applied.
     try:
         with pg.transaction() as cur:
             cur.execute("UPDATE docs SET tag = 'red2' WHERE id = 3")
-            cur.execute("INSERT INTO docs VALUES (5, 'five', 'black')")
+            cur.execute("INSERT INTO docs VALUES (5, 'five', 'black', 9)")
         expected = pg_tags(pg)
         job = Job.create(spark, cfg)
         assert "tag" in job.datasets["docs"].schemas["docs.Doc"].properties
@@ -184,7 +202,8 @@ def test_a_column_added_in_postgres_arrives_with_its_values_and_a_restart_agrees
         job.close()
         connect.stop()
     assert {o["status"] for o in outcomes(warehouse)} == {"COMMITTED"}
-    assert len(evolved.to_pyarrow_table().to_pylist()) == 1  # nothing added twice
+    assert len(evolved.to_pyarrow_table().to_pylist()) == 2  # nothing added twice
+    assert delta_rows(warehouse)["5"]["rank"] == 9
 
 
 def test_with_fail_the_job_stops_before_the_event_and_again_at_the_next_start(
@@ -216,5 +235,40 @@ def test_with_fail_the_job_stops_before_the_event_and_again_at_the_next_start(
             assert "'docs'" in message and "schema_changes" in message
             assert set(delta_tags(warehouse)) == {"1", "2"}  # nothing of it applied
             assert "tag" not in next(iter(delta_rows(warehouse).values()))
+    finally:
+        connect.stop()
+
+
+def test_a_type_that_no_longer_fits_stops_the_job_whatever_the_policy(
+    spark: SparkSession,
+    ws: Workspace,
+    kafka_broker: LocalKafkaBroker,
+    postgres: PostgresCluster,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    pg = postgres
+    ranked = DOCS.replace(
+        "title: {type: string}", "title: {type: string}\n    rank: {type: integer}"
+    )
+    workdir = tmp_path_factory.mktemp("connect")
+    connect, cfg = setup(pg, ws, kafka_broker, workdir, None, dataset=ranked, rank=True)
+    warehouse = ws.root / "warehouse"
+    try:
+        job = Job.create(spark, cfg)
+        job.run(once=True)  # the snapshot
+        job.close()
+        assert set(delta_tags(warehouse)) == {"1", "2"}
+        pg.execute("ALTER TABLE docs ALTER COLUMN rank TYPE double precision")
+        pg.execute("UPDATE docs SET rank = 1.5 WHERE id = 1")
+        read_topic(kafka_broker.bootstrap, connect.topic("public.docs"), expect=3)
+        job = Job.create(spark, cfg)
+        with pytest.raises(CdcError) as stopped:
+            job.run(once=True)
+        job.close()
+        assert stopped.value.code == "SOURCE_TYPE_CHANGED"
+        message = stopped.value.message
+        assert "'rank'" in message and "public.docs" in message and "double" in message
+        assert "integer" in message and "To fix" in message
+        assert delta_rows(warehouse)["1"]["rank"] is None  # 1.5 was not cut to 1
     finally:
         connect.stop()
