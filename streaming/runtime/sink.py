@@ -231,6 +231,8 @@ class Sink:
                     raise
                 if _interruption(e) is not None:
                     raise
+                if self.refusal is not None and self.refusal(e) is not None:
+                    raise  # the broker refused the job's credentials: KAFKA_AUTH_FAILED
                 text = e.message if isinstance(e, StorageUnavailable) else java_text(e)
                 what = store_trouble(text)
                 if what is None:

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +155,7 @@ warehouse: warehouse
 checkpoints: checkpoints
 datasets: {{petstore: petstore.yaml}}
 landing: {{transactions: landing}}
-allowed_locations: [s3a://{BUCKET}/]
+allowed_locations: [s3a://{BUCKET}/, local]
 trigger: {{interval: 1 second}}
 upkeep: {{enabled: false}}
 storage_retry: {{attempts: 12, first_delay: 1 second, max_delay: 3 seconds}}
@@ -176,11 +177,9 @@ spark:
 
 
 def _rows(warehouse: Path, name: str) -> list[dict[str, Any]]:
-    return (
-        deltalake.DeltaTable(str(warehouse.joinpath(*DOG_CAT_TABLES[name])))
-        .to_pyarrow_table()
-        .to_pylist()
-    )
+    table = deltalake.DeltaTable(str(warehouse.joinpath(*DOG_CAT_TABLES[name])))
+    rows: list[dict[str, Any]] = table.to_pyarrow_table().to_pylist()
+    return rows
 
 
 def _outcomes(warehouse: Path) -> int:
@@ -192,22 +191,68 @@ def _outcomes(warehouse: Path) -> int:
 
 DOGS = {"operation": "UPSERT", "locationUri": f"s3a://{BUCKET}/dogs", "format": "PARQUET"}
 CATS = {"operation": "UPSERT", "locationUri": f"s3a://{BUCKET}/cats", "format": "JSON"}
-READS = {
+LOCAL_CATS = {"operation": "UPSERT", "locationUri": "./local", "format": "JSON"}
+CATS_AS_DOGS = {"operation": "UPSERT", "target": "petstore.Dog", "source": "petstore.Cat"}
+DOG_ROWS = [("dog1", 1, "Rex", 3), ("dog2", 1, "Fido", 7)]
+DOG_HISTORY = [("dog1", 1, "i", "tx-dogs"), ("dog2", 1, "i", "tx-dogs")]
+
+
+@dataclass(frozen=True)
+class Case:
+    transactions: dict[str, list[dict[str, Any]]]
+    failed_read: str
+    """What the first retry's line says failed."""
+    tables: dict[str, list[tuple[Any, ...]]]
+    """Dog, Cat and their histories once the batch is done."""
+
+
+CASES = {
     # Spark's read of a Parquet load (``loads.load_changes``), the only load of the batch.
-    "load_changes": ({"tx-dogs": DOGS}, "cannot read PARQUET data at s3a://cdc-data/dogs"),
+    "load_changes": Case(
+        {"tx-dogs": [DOGS]},
+        "cannot read PARQUET data at s3a://cdc-data/dogs",
+        {"Dog": DOG_ROWS, "Cat": [], "Dog history": DOG_HISTORY, "Cat history": []},
+    ),
     # The listing of a JSON load (``jsonfiles.read_json_loads``), read first in the wave.
-    "jsonfiles": (
-        {"tx-dogs": DOGS, "tx-cats": CATS},
+    "jsonfiles": Case(
+        {"tx-dogs": [DOGS], "tx-cats": [CATS]},
         "cannot list JSON data at s3a://cdc-data/cats",
+        {
+            "Dog": DOG_ROWS,
+            "Cat": [("cat1", 1, "Tom")],
+            "Dog history": DOG_HISTORY,
+            "Cat history": [("cat1", 1, "i", "tx-cats")],
+        },
+    ),
+    # The failed attempt had committed already: tx-local-cats (local data) is a segment of its
+    # own, written before tx-both, which reads Cat, then fails reading S3. The retry must find
+    # that commit and not apply it again (Delta's idempotency keys, ``replay_possible``).
+    "after_a_commit": Case(
+        {"tx-local-cats": [LOCAL_CATS], "tx-both": [CATS_AS_DOGS, DOGS]},
+        "cannot read PARQUET data at s3a://cdc-data/dogs",
+        {
+            "Dog": [("cat9", 1, "Felix", None), *DOG_ROWS],
+            "Cat": [("cat9", 1, "Felix")],
+            "Dog history": [
+                ("cat9", 1, "i", "tx-both"),
+                ("dog1", 1, "i", "tx-both"),
+                ("dog2", 1, "i", "tx-both"),
+            ],
+            "Cat history": [("cat9", 1, "i", "tx-local-cats")],
+        },
     ),
 }
 
 
-@pytest.mark.parametrize("read", sorted(READS))
-def test_a_store_stopped_under_a_batch_fails_the_batch_which_commits_once_when_it_is_back(
-    tmp_path: Path, read: str
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_store_frozen_under_a_batch_fails_the_batch_which_commits_once_when_it_is_back(
+    tmp_path: Path, case: str
 ) -> None:
-    transactions, failed_read = READS[read]
+    transactions, failed_read, expected = (
+        CASES[case].transactions,
+        CASES[case].failed_read,
+        CASES[case].tables,
+    )
     if not any(S3_JARS.glob("hadoop-aws-*.jar")) or not any(S3_JARS.glob("bundle-*.jar")):
         pytest.fail("jars/s3 has no hadoop-aws / AWS SDK bundle: run `make jars-s3`")
     server = Server(tmp_path)
@@ -218,10 +263,13 @@ def test_a_store_stopped_under_a_batch_fails_the_batch_which_commits_once_when_i
         _put_data(server)
         (tmp_path / "petstore.yaml").write_text(DATASET)
         (tmp_path / "cdc.yaml").write_text(_config(server))
+        local = tmp_path / "local" / "petstore" / "Cat"
+        local.mkdir(parents=True)
+        (local / "part.json").write_text('{"id": "cat9", "name": "Felix"}\n')
         landing = tmp_path / "landing"
         landing.mkdir()
         (landing / "0001.jsonl").write_text(
-            "".join(f"{request(tid, action)}\n" for tid, action in transactions.items())
+            "".join(f"{request(tid, *actions)}\n" for tid, actions in transactions.items())
         )
         env = cdc_env(
             {**KEYS, PAUSE_ENV: f"before_first_commit:{PAUSE}"}, drop=[CRASH_ENV, "AWS_", "CDC_"]
@@ -277,18 +325,18 @@ def test_a_store_stopped_under_a_batch_fails_the_batch_which_commits_once_when_i
     )
     assert ledger == [(tid, "COMMITTED") for tid in sorted(transactions)]
     assert _rows(warehouse, "quarantine") == []
-    dogs_now = sorted((r["id"], r["version"], r["name"], r["age"]) for r in _rows(warehouse, "Dog"))
-    assert dogs_now == [("dog1", 1, "Rex", 3), ("dog2", 1, "Fido", 7)]
-    cats_now = sorted((r["id"], r["version"], r["name"]) for r in _rows(warehouse, "Cat"))
-    assert cats_now == ([("cat1", 1, "Tom")] if "tx-cats" in transactions else [])
-    # Each change once in history: the retried batch applied nothing twice.
-    history = sorted(
-        (r["id"], r["version"], r["__op"], r["__transaction_id"])
-        for name in ("Dog history", "Cat history")
-        for r in _rows(warehouse, name)
-    )
-    assert history == [
-        *([("cat1", 1, "i", "tx-cats")] if "tx-cats" in transactions else []),
-        ("dog1", 1, "i", "tx-dogs"),
-        ("dog2", 1, "i", "tx-dogs"),
-    ]
+    tables = {
+        "Dog": sorted(
+            (r["id"], r["version"], r["name"], r["age"]) for r in _rows(warehouse, "Dog")
+        ),
+        "Cat": sorted((r["id"], r["version"], r["name"]) for r in _rows(warehouse, "Cat")),
+        # Each change once in history: the retried batch applied nothing twice.
+        **{
+            name: sorted(
+                (r["id"], r["version"], r["__op"], r["__transaction_id"])
+                for r in _rows(warehouse, name)
+            )
+            for name in ("Dog history", "Cat history")
+        },
+    }
+    assert tables == expected
