@@ -42,7 +42,7 @@ import pytest
 
 from streaming.core.faults import CRASH_ENV, PAUSE_ENV
 from tests.support import request
-from tests.support.cdc import cdc_env, kill_group, start_cdc, wait_until
+from tests.support.cdc import cdc_env, kill_group, run_cdc, start_cdc, wait_until
 from tests.support.datasets import DOG_CAT_TABLES
 from tests.support.ports import HOST, free_port
 
@@ -147,7 +147,7 @@ def _put_data(server: Server) -> None:
         s3.put_object(Bucket=BUCKET, Key=key, Body=body)
 
 
-def _config(server: Server) -> str:
+def _config(server: Server, attempts: int = 12) -> str:
     # s3a's own retries and time limits kept short, so that the store's failure reaches the job
     # within seconds (by default the SDK and s3a retry and wait for minutes before giving up).
     return f"""\
@@ -158,7 +158,7 @@ landing: {{transactions: landing}}
 allowed_locations: [s3a://{BUCKET}/, local]
 trigger: {{interval: 1 second}}
 upkeep: {{enabled: false}}
-storage_retry: {{attempts: 12, first_delay: 1 second, max_delay: 3 seconds}}
+storage_retry: {{attempts: {attempts}, first_delay: 1 second, max_delay: 3 seconds}}
 spark:
   shuffle_partitions: 2
   conf:
@@ -180,6 +180,16 @@ def _rows(warehouse: Path, name: str) -> list[dict[str, Any]]:
     table = deltalake.DeltaTable(str(warehouse.joinpath(*DOG_CAT_TABLES[name])))
     rows: list[dict[str, Any]] = table.to_pyarrow_table().to_pylist()
     return rows
+
+
+def _commits(warehouse: Path, name: str) -> list[tuple[int, int]]:
+    """(batch id, step) of every commit the job made to a table (its commit metadata)."""
+    found = []
+    for commit in deltalake.DeltaTable(str(warehouse.joinpath(*DOG_CAT_TABLES[name]))).history():
+        meta = json.loads(commit.get("userMetadata") or "{}")
+        if "cdc" in meta:
+            found.append((meta["batchId"], meta["step"]))
+    return sorted(found)
 
 
 def _outcomes(warehouse: Path) -> int:
@@ -286,7 +296,11 @@ def test_a_store_frozen_under_a_batch_fails_the_batch_which_commits_once_when_it
         wait_until(
             "the batch's first attempt to fail on the store", lambda: said(RETRYING), job, log
         )
-        assert _outcomes(tmp_path / "warehouse") == 0
+        warehouse = tmp_path / "warehouse"
+        assert _outcomes(warehouse) == 0
+        # What the failed attempt had committed: Cat's segment in ``after_a_commit``, else none.
+        committed = {name: len(_commits(warehouse, name)) for name in ("Dog", "Cat")}
+        assert committed == {"Dog": 0, "Cat": 1 if case == "after_a_commit" else 0}
         # Hung a few seconds more (a retry or two meet it so too), then it answers again.
         time.sleep(max(0.0, FROZEN - (time.monotonic() - frozen)))
         server.thaw()
@@ -314,7 +328,6 @@ def test_a_store_frozen_under_a_batch_fails_the_batch_which_commits_once_when_it
     assert "attempt 1 of 12" in first and "trying it again in 1 s" in first, first
     assert failed_read in first and TIMED_OUT.search(first), first
     assert "REJECTED" not in text and "UNREADABLE_DATA" not in text, text[-3000:]
-    warehouse = tmp_path / "warehouse"
     outcomes = sorted(
         (r["transaction_id"], r["status"], r["batch_id"]) for r in _rows(warehouse, "outcomes")
     )
@@ -340,3 +353,54 @@ def test_a_store_frozen_under_a_batch_fails_the_batch_which_commits_once_when_it
         },
     }
     assert tables == expected
+    # Each table commit of the batch once: the retry found the failed attempt's commit (if any)
+    # and did not make it again (Delta's idempotency keys: batch and step).
+    for name in ("Dog", "Cat"):
+        made = _commits(warehouse, name)
+        assert len(made) == len(set(made)) == (1 if expected[name] else 0), (name, made)
+
+
+def test_a_store_that_stays_down_stops_the_job_with_storage_unavailable_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """The S3 server frozen before the job starts and for all of its attempts: ``cdc run
+    --once`` stops with STORAGE_UNAVAILABLE (exit 2, a line saying what to do), nothing
+    REJECTED or recorded; thawed, the next ``cdc run --once`` replays the batch: COMMITTED once."""
+    if not any(S3_JARS.glob("hadoop-aws-*.jar")) or not any(S3_JARS.glob("bundle-*.jar")):
+        pytest.fail("jars/s3 has no hadoop-aws / AWS SDK bundle: run `make jars-s3`")
+    server = Server(tmp_path)
+    server.start()
+    try:
+        _put_data(server)
+        (tmp_path / "petstore.yaml").write_text(DATASET)
+        (tmp_path / "cdc.yaml").write_text(_config(server, attempts=2))
+        landing = tmp_path / "landing"
+        landing.mkdir()
+        (landing / "0001.jsonl").write_text(f"{request('tx-dogs', DOGS)}\n")
+        env = cdc_env(KEYS, drop=[CRASH_ENV, PAUSE_ENV, "AWS_", "CDC_"])
+        server.freeze()
+        down = run_cdc("run", "--once", "--config", "cdc.yaml", cwd=tmp_path, env=env)
+        server.thaw()
+        output = down.stdout + down.stderr
+        assert down.returncode == 2, output[-3000:]
+        assert "STORAGE_UNAVAILABLE: batch 0, attempt 1 of 2: the store failed (" in output
+        assert "attempt 2 of 2" not in output  # the last attempt is not retried: it stops
+        stopped = [line for line in output.splitlines() if line.startswith("cdc: error [")]
+        assert len(stopped) == 1 and stopped[0].startswith(
+            "cdc: error [STORAGE_UNAVAILABLE]: batch 0 failed 2 times over "
+        ), output[-3000:]
+        assert "storage_retry.attempts" in output and "replays the batch" in output
+        assert "REJECTED" not in output and "Traceback" not in output, output[-3000:]
+        warehouse = tmp_path / "warehouse"
+        assert _outcomes(warehouse) == 0 and _rows(warehouse, "ledger") == []
+        up = run_cdc("run", "--once", "--config", "cdc.yaml", cwd=tmp_path, env=env)
+        assert up.returncode == 0, (up.stdout + up.stderr)[-3000:]
+    finally:
+        server.stop()
+    outcomes = [
+        (r["transaction_id"], r["status"], r["batch_id"]) for r in _rows(warehouse, "outcomes")
+    ]
+    assert outcomes == [("tx-dogs", "COMMITTED", 0)]
+    assert _rows(warehouse, "quarantine") == []
+    dogs = sorted((r["id"], r["version"], r["name"], r["age"]) for r in _rows(warehouse, "Dog"))
+    assert dogs == DOG_ROWS
