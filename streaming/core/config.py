@@ -592,6 +592,51 @@ class ShutdownConfig(_Strict):
         return duration_seconds(self.grace_period)
 
 
+class StorageRetryConfig(_Strict):
+    """How a micro-batch a store failed is run again (STORAGE_UNAVAILABLE; docs/operations.md)
+
+    A store that did not answer or refused a request for a moment (a network blip, S3
+    throttling or a 5xx, an access refused then given back) fails the batch, not its
+    transactions: it is run again, nothing of it rejected. The waits between attempts are
+    `first_delay`, doubled each time, at most `max_delay`; after the last attempt the job stops
+    with `STORAGE_UNAVAILABLE` (exit 2) and the batch is replayed at the next start."""
+
+    attempts: int = Field(
+        8,
+        ge=1,
+        description="How many times a batch is tried when a store fails it (1: never again; "
+        "the defaults wait 1+2+4+8+16+32+60 s, about 2 minutes, in all)",
+    )
+    first_delay: Duration = Field(
+        "1 second", description="The wait after the first failed attempt; doubled after each"
+    )
+    max_delay: Duration = Field("1 minute", description="The longest wait between two attempts")
+
+    @field_validator("first_delay", "max_delay")
+    @classmethod
+    def _at_least_a_second(cls, value: str) -> str:
+        if duration_seconds(value) <= 0:
+            raise ValueError("must be at least 1 second")
+        return value
+
+    @model_validator(mode="after")
+    def _max_not_below_first(self) -> StorageRetryConfig:
+        if self.max_delay_seconds < self.first_delay_seconds:
+            raise ValueError(
+                f"max_delay ({self.max_delay}) must not be shorter than first_delay "
+                f"({self.first_delay})"
+            )
+        return self
+
+    @property
+    def first_delay_seconds(self) -> int:
+        return duration_seconds(self.first_delay)
+
+    @property
+    def max_delay_seconds(self) -> int:
+        return duration_seconds(self.max_delay)
+
+
 class LeaseConfig(_Strict):
     """One runner per checkpoint: the lease the running job holds on it (docs/interface.md)
 
@@ -705,6 +750,7 @@ class AppConfig(_Strict):
     upkeep: UpkeepConfig = Field(default_factory=UpkeepConfig)
     shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
     lease: LeaseConfig = Field(default_factory=LeaseConfig)
+    storage_retry: StorageRetryConfig = Field(default_factory=StorageRetryConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)

@@ -8,6 +8,10 @@
 ``LeaseLost``      another runner took this one's lease: the job stops before its next commit.
 ``StorageFull``, ``StorageNotWritable``, ``QueryFailed``
                    a running job's failure, told apart by ``core.failures``: exit 2.
+``StorageUnavailable``
+                   the store did not answer or refused a read or write for a moment
+                   (``core.failures.store_trouble``): the batch fails and is retried; after the
+                   last attempt the job ends with it (exit 2).
 """
 
 from __future__ import annotations
@@ -79,3 +83,12 @@ class QueryFailed(CdcError):
     """The streaming query failed for another reason (``core.failures``)."""
 
     code = "QUERY_FAILED"
+
+
+class StorageUnavailable(CdcError):
+    """A store (the warehouse, the checkpoints, a landing zone, a load's data) did not answer or
+    refused a request, which may pass (``core.failures.store_trouble``): not the data's fault.
+    The batch fails and the sink retries it (``storage_retry``); after the last attempt the job
+    ends with this code."""
+
+    code = "STORAGE_UNAVAILABLE"

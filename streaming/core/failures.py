@@ -8,13 +8,30 @@ mounted read-only, a permission refused locally or by S3 (``AccessDenied``, HTTP
 Hadoop could not create (it does not say why; Delta's ``DELTA_CANNOT_CREATE_LOG_PATH``). Anything
 else is ``QUERY_FAILED``. Every one of them ends ``cdc run`` with exit 2; started again, the job
 replays the batch that failed, and nothing is applied twice.
+
+A store that did not answer, or refused a request for a moment, is told apart from data that
+cannot be read (issue 47): ``store_trouble`` finds, in an error's text (its Java causes
+included), the words of the network (a connection refused, reset or timed out, a host not
+found), of the AWS SDK and s3a (``SdkClientException``, a throttled request: S3's 503
+``SlowDown``, a 500), or of an access refused that may be given back (``AccessDeniedException``,
+S3's 403, ``Permission denied``). Such a failure is not the data's: the sink fails the batch,
+not its transactions, and runs it again after ``retry_delay`` (``storage_retry``); only after
+the last attempt does the job stop, with ``STORAGE_UNAVAILABLE`` (``storage_unavailable``).
+Content errors — a path that does not exist, a file that is not Parquet or is cut short, a
+schema Spark cannot infer — have none of these words and are REJECTED as before.
 """
 
 from __future__ import annotations
 
 import re
 
-from streaming.core.errors import CdcError, QueryFailed, StorageFull, StorageNotWritable
+from streaming.core.errors import (
+    CdcError,
+    QueryFailed,
+    StorageFull,
+    StorageNotWritable,
+    StorageUnavailable,
+)
 
 _FULL = re.compile(r"No space left on device|Disk quota exceeded")
 _NOT_WRITABLE = re.compile(
@@ -24,6 +41,28 @@ _NOT_WRITABLE = re.compile(
     r"|DELTA_CANNOT_CREATE_LOG_PATH|Mkdirs failed to create"
 )
 _CAUSE_LINES = 3
+_RETRY_WHAT = 500
+"""The most characters of the error a retry's line shows (``cdc -v run`` logs it whole)."""
+_PY4J_CALL = re.compile(r"An error occurred while calling o\d+\.\w+\.$")
+"""py4j's first line of a Java exception: which call, nothing of why."""
+_TROUBLE = re.compile(
+    # The network, as Java and the HTTP clients say it (java.net.ConnectException,
+    # SocketTimeoutException, SocketException, UnknownHostException; Apache HttpClient's).
+    r"Connection refused|Connection reset|Connection timed out|connect timed out|Read timed out"
+    r"|timed out waiting for connection|Broken pipe|NoHttpResponseException"
+    r"|failed to respond|UnknownHostException|SocketTimeoutException|ConnectTimeoutException"
+    # The AWS SDK (v1 and v2) and s3a's translations of its exceptions (S3AUtils).
+    r"|SdkClientException|AWSClientIOException|AWSNoResponseException|ApiCallTimeoutException"
+    r"|ApiCallAttemptTimeoutException"
+    r"|Unable to execute HTTP request|AWSServiceThrottledException|AWSStatus500Exception"
+    r"|SlowDown|Please reduce your request rate|503 Service Unavailable|Service Unavailable"
+    r"|Status Code: 5\d\d|status code: 5\d\d|Throttl\w*"
+    # An access refused, which its owner may give back (a rotated key, a bucket policy edited).
+    r"|AccessDeniedException|Access Denied|403 Forbidden|Status Code: 403|status code: 403"
+    r"|Permission denied"
+    # An I/O interrupted by a time limit (s3a's, the SDK's): InterruptedIOException and kin.
+    r"|InterruptedIOException"
+)
 
 
 REPLAY = "started again, the job replays the batch that failed; nothing is applied twice"
@@ -31,8 +70,12 @@ REPLAY = "started again, the job replays the batch that failed; nothing is appli
 
 def cause(text: str) -> str:
     """The first lines of an error's text that say something (no stack frames), joined."""
-    lines = [line.strip() for line in text.splitlines()]
-    said = [line for line in lines if line and not line.startswith(("at ", "...", "File "))]
+    lines = [line.strip().removeprefix(": ") for line in text.splitlines()]
+    said = [
+        line
+        for line in lines
+        if line and not line.startswith(("at ", "...", "File ")) and not _PY4J_CALL.match(line)
+    ]
     return " | ".join(said[:_CAUSE_LINES])[:1500]
 
 
@@ -63,4 +106,41 @@ def query_failure(text: str, storage: str) -> CdcError:
         f"the streaming query failed: {cause(text)}\n"
         f"  {REPLAY}; if it fails again, run `cdc -v run` for the whole error and see "
         "docs/troubleshooting.md"
+    )
+
+
+def store_trouble(text: str) -> str | None:
+    """The words of ``text`` (an error's, its causes included) saying that a store did not
+    answer or refused the request — trouble that may pass, not the data's fault; None for any
+    other error (bad content, a missing path, a bug)."""
+    found = _TROUBLE.search(text)
+    return found.group(0) if found is not None else None
+
+
+def retry_delay(attempt: int, first: float, most: float) -> float:
+    """Seconds to wait after the ``attempt``-th (1-based) failed attempt: ``first``, doubled
+    after each further attempt, at most ``most``."""
+    return float(min(most, first * 2 ** (attempt - 1)))
+
+
+def storage_retry_line(batch: int, attempt: int, attempts: int, what: str, delay: float) -> str:
+    """The one line logged when a batch failed on a store's trouble and is tried again."""
+    if len(what) > _RETRY_WHAT:
+        what = what[: _RETRY_WHAT - 3] + "..."
+    return (
+        f"{StorageUnavailable.code}: batch {batch}, attempt {attempt} of {attempts}: the store "
+        f"failed ({what}); nothing of the batch is rejected: trying it again in {delay:g} s"
+    )
+
+
+def storage_unavailable(batch: int, attempts: int, seconds: float, text: str) -> CdcError:
+    """What the job stops with when the last of ``attempts`` of a batch, over ``seconds``,
+    failed on a store's trouble (``text``: the last error's)."""
+    what = store_trouble(text) or "error"
+    return StorageUnavailable(
+        f"batch {batch} failed {attempts} times over {seconds:.0f} s on the store's trouble "
+        f"({what}): {cause(text)}\n"
+        "  check that the store answers (the S3 endpoint, the network) and that the job's "
+        "credentials may read and write there (s3a: the bucket policy), or raise "
+        f"storage_retry.attempts; {REPLAY}"
     )

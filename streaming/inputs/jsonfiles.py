@@ -46,9 +46,11 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from connectors.kafka_check import java_text
 from streaming.core.catalog import SchemaDef
 from streaming.core.changes import SEQ_SHIFT
-from streaming.core.errors import RejectedError
+from streaming.core.errors import RejectedError, StorageUnavailable
+from streaming.core.failures import cause, store_trouble
 from streaming.core.fold import ChangeKind
 from streaming.core.plan import Files, Load
 from streaming.core.requests import DataFormat, Operation
@@ -77,6 +79,17 @@ Lister = Callable[[str], list[str]]
 """A location (a directory or a file) → the data files to read there."""
 Resolver = Callable[[Load, Sequence[str]], tuple[dict[str, str], list[str]]]
 """A load and the columns its data has → (property → column, the properties it writes)."""
+
+
+def read_failure(what: str, error: Exception) -> RejectedError:
+    """The rejection of a load whose data could not be read (``what``: e.g. ``cannot read
+    <where>``), ``UNREADABLE_DATA`` — unless the error says a store did not answer or refused
+    the request (``core.failures.store_trouble``): that is not the data's fault, and
+    ``StorageUnavailable`` is raised instead, failing the batch, which the sink retries."""
+    text = java_text(error)
+    if store_trouble(text) is not None:
+        raise StorageUnavailable(f"{what}: {cause(text)}") from error
+    return RejectedError(f"{what}: {str(error).splitlines()[0]}", code="UNREADABLE_DATA")
 
 
 def batchable(load: Load) -> bool:
@@ -113,10 +126,8 @@ def read_json_loads(
     for load in loads:
         try:
             found = list_files(load.files.location.path)
-        except Exception as e:  # an unreachable store: the load cannot be read
-            refused[load.ordinal] = RejectedError(
-                f"cannot list {describe(load)}: {str(e).splitlines()[0]}", code="UNREADABLE_DATA"
-            )
+        except Exception as e:  # a path that is not there; a store's trouble fails the batch
+            refused[load.ordinal] = read_failure(f"cannot list {describe(load)}", e)
             continue
         if not found:
             refused[load.ordinal] = RejectedError(

@@ -61,6 +61,7 @@ from streaming.inputs.jsonfiles import (
     batchable,
     local_or_hadoop_lister,
     mistyped,
+    read_failure,
     read_json_loads,
 )
 from streaming.inputs.reader import Reader, filtered
@@ -534,10 +535,8 @@ def load_changes(spark: SparkSession, load: Load, reader: Reader) -> DataFrame:
     except RejectedError:
         raise
     except Exception as e:  # Spark's AnalysisException & co: the source cannot be read
-        raise RejectedError(
-            f"cannot read {_describe(load)}: {str(e).splitlines()[0]}",
-            code="UNREADABLE_DATA",
-        ) from e
+        # ... or a store failed for a moment: StorageUnavailable, the batch is retried
+        raise read_failure(f"cannot read {_describe(load)}", e) from e
     raw = _spread(_in_file_order(load, raw), load)
     return _changes_of(load, raw, reader, F.lit(load.ordinal), F.lit(load.transaction_id))
 

@@ -244,6 +244,7 @@ class Job:
             lease=lease,
             feeds=feeds,
             decode_change=codec.decode_change if codec else decode_json_value,
+            storage_retry=cfg.storage_retry,
             upkeep=Upkeep(
                 spark,
                 upkeep,

@@ -24,6 +24,7 @@ from typing import Literal
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
+from connectors.kafka_check import java_text
 from connectors.sources import change_records, passed_over_dms_files, to_raw_requests
 from streaming.apply import records
 from streaming.apply.objects import TableResult, append_history, apply_to_object_table
@@ -50,7 +51,21 @@ from streaming.core.changefeed import (
     staged_at,
     unavailable_kept,
 )
-from streaming.core.errors import CdcError, FailedError, LeaseLost, RejectedError
+from streaming.core.config import StorageRetryConfig
+from streaming.core.errors import (
+    CdcError,
+    FailedError,
+    LeaseLost,
+    RejectedError,
+    StorageUnavailable,
+)
+from streaming.core.failures import (
+    cause,
+    retry_delay,
+    storage_retry_line,
+    storage_unavailable,
+    store_trouble,
+)
 from streaming.core.faults import crash_point
 from streaming.core.fold import EFFECTS, Effect
 from streaming.core.layout import Layout, ObjectTable
@@ -111,6 +126,8 @@ class Sink:
     """A change feed's key or value bytes → its value (JSON, or Avro with the registry)."""
     upkeep: Upkeep | None = None
     """Table upkeep after each batch (``upkeep:``; ``runtime.upkeep``); None: none."""
+    storage_retry: StorageRetryConfig = field(default_factory=StorageRetryConfig)
+    """How a batch failed by a store's trouble is retried (``storage_retry:``)."""
     waiting: pending.Waiting = field(default_factory=pending.Waiting, init=False)
     """The change feeds' records that wait, held between batches (``storage.pending``)."""
     sessions: Sessions = field(init=False)
@@ -161,14 +178,7 @@ class Sink:
         try:
             if self.run_id is None:
                 self.run_id = _checkpoint_id(self.spark, self.layout.checkpoint)
-            rows = df.collect()
-            if self.dms_zone:  # a file of 0 bytes has no row: it gets one, and an outcome
-                query = self.layout.query_name
-                rows += passed_over_dms_files(self.spark, query, batch_id, rows, self.dms_zone)
-            raws = to_raw_requests(rows, self.dms_zone)
-            changes = change_records(rows, self.clock()) if self.feeds else []
-            if raws or changes:
-                self.process(raws, batch_id, changes)
+            raws, changes = self._run_retrying(df, batch_id)
             self._finished = batch_id
             done = True
             if self.metrics is not None:
@@ -208,12 +218,79 @@ class Sink:
                 message = f"{message}; interrupted by the stop: {interrupted}"
             raise LeaseLost(message) from None
 
+    def _run_retrying(
+        self, df: DataFrame, batch_id: int
+    ) -> tuple[list[RawRequest], list[Received]]:
+        """Read the batch's records and process them; a batch failed by a store's trouble
+        (``core.failures.store_trouble``: not its data's fault) is run again from its records,
+        as its replay after a restart would run it, after a wait that doubles each time
+        (``storage_retry``), one line logged per retry. After the last attempt the batch fails
+        with ``STORAGE_UNAVAILABLE``. Returns the batch's requests and change records."""
+        policy = self.storage_retry
+        first = time.monotonic()
+        for attempt in range(1, policy.attempts + 1):
+            try:
+                return self._run(df, batch_id, replay=attempt > 1)
+            except Exception as e:
+                if isinstance(e, CdcError) and not isinstance(e, StorageUnavailable):
+                    raise
+                if _interruption(e) is not None:
+                    raise
+                if self.refusal is not None and self.refusal(e) is not None:
+                    raise  # the broker refused the job's credentials: KAFKA_AUTH_FAILED
+                text = e.message if isinstance(e, StorageUnavailable) else java_text(e)
+                what = store_trouble(text)
+                if what is None:
+                    raise
+                if attempt == policy.attempts:
+                    seconds = time.monotonic() - first
+                    raise storage_unavailable(batch_id, attempt, seconds, text) from None
+                delay = retry_delay(attempt, policy.first_delay_seconds, policy.max_delay_seconds)
+                log.debug("batch %s: the store's error", batch_id, exc_info=True)
+                log.warning(
+                    "%s", storage_retry_line(batch_id, attempt, policy.attempts, cause(text), delay)
+                )
+                self._forget()
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _run(
+        self, df: DataFrame, batch_id: int, *, replay: bool
+    ) -> tuple[list[RawRequest], list[Received]]:
+        """One attempt of the batch: its records read (``df``, again on a retry) and processed."""
+        rows = df.collect()
+        if self.dms_zone:  # a file of 0 bytes has no row: it gets one, and an outcome
+            query = self.layout.query_name
+            rows += passed_over_dms_files(self.spark, query, batch_id, rows, self.dms_zone)
+        raws = to_raw_requests(rows, self.dms_zone)
+        changes = change_records(rows, self.clock()) if self.feeds else []
+        if raws or changes:
+            self.process(raws, batch_id, changes, replay=replay)
+        return raws, changes
+
+    def _forget(self) -> None:
+        """Drop what the sink holds on the driver between batches (the ledger's ids, the
+        tombstones, the change feeds' waiting records) and the batch's cached rows: a failed
+        attempt may have committed some of its writes, so the next attempt reads them all from
+        the tables, as a new process replaying the batch would."""
+        self._release()
+        self.committed_ids = ledger.HeldIds(max_bytes=self.committed_ids.max_bytes)
+        self.deleted = DeletedKeys(max_bytes=self.deleted.max_bytes)
+        self.waiting = pending.Waiting()
+
     def process(
-        self, raws: Sequence[RawRequest], batch_id: int, changes: Sequence[Received] = ()
+        self,
+        raws: Sequence[RawRequest],
+        batch_id: int,
+        changes: Sequence[Received] = (),
+        *,
+        replay: bool = False,
     ) -> list[Outcome]:
+        """Apply a batch's requests and change records; ``replay``: it may have run (in part)
+        before in this process (a retried attempt), as it may after any restart."""
         started = time.monotonic()
         # Only a batch that follows the one this sink finished cannot have run before.
-        replay_possible = self._finished is None or batch_id != self._finished + 1
+        replay_possible = replay or self._finished is None or batch_id != self._finished + 1
         clock = self.clock
         feeds: _FeedBatch | None = None
         if self.feeds:
@@ -454,10 +531,12 @@ class Sink:
                 self._apply_segment(rest, timeline, applied, rejected)
             return
         except Exception as e:
-            if _interruption(e) is not None:
-                # The query is stopping: the batch ends here as a crash would, its commits kept
-                # for the replay to find and go on from (a restore would undo a commit whose
-                # idempotency key the replay then skips: its changes would be lost).
+            if _interruption(e) is not None or _store_trouble(e):
+                # The query is stopping, or a store failed (``core.failures.store_trouble``: not
+                # the transactions' fault, the batch is retried): the batch ends here as a crash
+                # would, its commits kept for the replay to find and go on from (a restore would
+                # undo a commit whose idempotency key the replay then skips: its changes would be
+                # lost).
                 self._release(held)
                 raise
             log.exception("batch %s: a segment failed; restoring %s", timeline.batch_id, start)
@@ -893,6 +972,16 @@ def _interruption(error: BaseException) -> str | None:
         return None
     kind = type(error)
     return f"{kind.__module__}.{kind.__qualname__}: {error.errmsg.rstrip()}\n: {name}"
+
+
+def _store_trouble(error: BaseException) -> bool:
+    """Whether ``error`` says a store did not answer or refused a request (its Java causes
+    included): the batch fails and is retried (``Sink._run_retrying``)."""
+    if isinstance(error, StorageUnavailable):
+        return True
+    if isinstance(error, CdcError):
+        return False
+    return store_trouble(java_text(error)) is not None
 
 
 def _checkpoint_id(spark: SparkSession, checkpoint: str) -> str:
