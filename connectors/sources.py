@@ -56,6 +56,12 @@ BINARY_FILE_SCHEMA = StructType(
 )
 RAW_COLUMNS = ["kind", "name", "partition", "offset", "mtime", "key", "payload"]
 
+FETCH_OFFSET_RETRIES = 30
+FETCH_OFFSET_RETRY_MS = 2000
+"""How often, and how far apart, Spark's Kafka source asks again for a topic's offsets that it
+could not get (``fetchOffset.numRetries``, ``fetchOffset.retryIntervalMs``): a broker outage of
+a minute or so is ridden out; after that the query fails."""
+
 
 def kafka_requests(spark: SparkSession, cfg: KafkaConfig) -> DataFrame:
     """The transactions topic, read from the configured starting offsets."""
@@ -85,9 +91,8 @@ def _kafka(
         .option(*subscription)
         .option("startingOffsets", starting)
         .option("failOnDataLoss", "true")
-        # Ride out a broker outage of a minute or so instead of failing the query.
-        .option("fetchOffset.numRetries", "30")
-        .option("fetchOffset.retryIntervalMs", "2000")
+        .option("fetchOffset.numRetries", str(FETCH_OFFSET_RETRIES))
+        .option("fetchOffset.retryIntervalMs", str(FETCH_OFFSET_RETRY_MS))
     )
     if cfg.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", cfg.max_offsets_per_trigger)
