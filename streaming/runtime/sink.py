@@ -47,6 +47,7 @@ from streaming.core.changefeed import (
     SourceTransaction,
     assemble,
     decode_changes_request,
+    ends_snapshot,
     staged_at,
 )
 from streaming.core.errors import CdcError, FailedError, LeaseLost, RejectedError
@@ -67,6 +68,7 @@ from streaming.runtime.stopping import BatchGate, StopRequested
 from streaming.runtime.upkeep import Upkeep
 from streaming.storage import ledger, pending, system
 from streaming.storage.commits import BatchCommit
+from streaming.storage.tables import read_table
 from streaming.storage.timeline import Timeline
 from streaming.storage.tombstones import DeletedKeys
 
@@ -257,7 +259,8 @@ class Sink:
         finally:
             self._release()
         if feeds is not None:
-            self.waiting.finished(feeds.after)
+            self.waiting.finished(feeds.after, feeds.snapshots[1])
+            self._snapshots_applied(feeds, batch_id)
             if self.metrics is not None:
                 arrived = {
                     name: [r.received_at.timestamp() for r in records]
@@ -290,11 +293,16 @@ class Sink:
         raws: list[RawRequest] = []
         staged: dict[str, SourceTransaction] = {}
         after: dict[str, list[Received]] = {}
+        snapshots = dict(self.waiting.snapshots)  # as ``before`` has them
         for index, feed in enumerate(self.feeds):
             records = [*before.get(feed.name, []), *new.get(feed.name, [])]
             if not records:
                 continue
             assembly = assemble(feed, records, self.decode_change, at)
+            if feed.name not in snapshots and ends_snapshot(
+                feed, assembly.ready, self.decode_change
+            ):
+                snapshots[feed.name] = batch_id
             if assembly.waiting:
                 after[feed.name] = assembly.waiting
             for place, item in enumerate(assembly.ready):
@@ -302,7 +310,29 @@ class Sink:
                 position = SourcePosition("changes", anchor.where, index, place)
                 raws.append(RawRequest(position, item.payload(), anchor.received_at))
                 staged[item.transaction_id] = item
-        return _FeedBatch(raws, staged, before, after)
+        return _FeedBatch(raws, staged, before, after, (dict(self.waiting.snapshots), snapshots))
+
+    def _snapshots_applied(self, feeds: _FeedBatch, batch_id: int) -> None:
+        """Say (one line each) which feeds' initial snapshots this batch applied the end of, with
+        the rows their tables hold now; set ``cdc_change_feed_snapshot_complete``."""
+        before, after = feeds.snapshots
+        for feed in self.feeds:
+            if feed.name in after and feed.name not in before:
+                tables = sorted(set(feed.tables.values()))
+                rows = {
+                    t: read_table(self.spark, self.layout.table(feed.dataset, t)).count()
+                    for t in tables
+                }
+                log.info(
+                    "feed %s: initial snapshot applied in batch %s (%s rows in tables %s)",
+                    feed.name,
+                    batch_id,
+                    sum(rows.values()),
+                    ", ".join(f"{t} {n}" for t, n in rows.items()),
+                )
+        if self.metrics is not None and after != before:
+            debezium = [f.name for f in self.feeds if f.format == "debezium"]
+            self.metrics.snapshots({name: name in after for name in debezium})
 
     def _decode(self, raw: RawRequest) -> object:
         if raw.position.kind == "changes":
@@ -629,7 +659,12 @@ class Sink:
             path = self.layout.pending
             writes.append(
                 partial(
-                    pending.write, path=path, before=feeds.before, after=feeds.after, commit=commit
+                    pending.write,
+                    path=path,
+                    before=feeds.before,
+                    after=feeds.after,
+                    commit=commit,
+                    snapshots=feeds.snapshots,
                 )
             )
         self.sessions.map(_call, writes)
@@ -702,6 +737,8 @@ class _FeedBatch:
     staged: dict[str, SourceTransaction]
     before: dict[str, list[Received]]
     after: dict[str, list[Received]]
+    snapshots: tuple[dict[str, int], dict[str, int]]
+    """Feed → the batch that applied its initial snapshot, before and after this one."""
 
 
 def _staged_rows(
