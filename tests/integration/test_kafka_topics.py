@@ -133,6 +133,20 @@ def test_topics_that_do_not_exist_yet_are_waited_for_then_read_from_their_first_
         job.stop(query)
         job.close()
 
+    # Started again: the snapshot counts as applied before any batch (_system/pending keeps
+    # it), and no topic is missing.
+    caplog.clear()
+    port = {"metrics": cfg.metrics.model_copy(update={"port": free_port()})}
+    again = Job.create(spark, cfg.model_copy(update=port))
+    try:
+        assert again.sink.metrics is not None
+        value = again.sink.metrics.registry.get_sample_value
+        assert value("cdc_change_feed_snapshot_complete", {"feed": "pg"}) == 1.0
+        assert [value("cdc_kafka_topic_missing", {"topic": t}) for t in waited_for] == [0.0] * 4
+        assert not [r for r in caplog.records if "does not exist yet" in r.getMessage()]
+    finally:
+        again.close()
+
 
 def test_an_outcomes_topic_the_broker_does_not_create_stops_the_job_at_startup(
     spark: SparkSession, ws: Workspace, tmp_path: Path, capfd: pytest.CaptureFixture[str]
