@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from streaming.core.changefeed import Feed
 from streaming.core.config import KafkaConfig
@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 CREATE_WAIT = 5.0
 """Seconds ``require_topic`` waits for a broker that creates topics on first use to have made
 it (a local broker: well under a second)."""
+
+
+_NOT_THERE_YET = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE})
+"""A topic's metadata errors while it does not exist, or is being created."""
 
 
 class KafkaTopicMissing(CdcError):
@@ -137,7 +141,8 @@ class TopicWatch:
 def require_topic(cfg: KafkaConfig, topic: str, what: str, *, timeout: float = CREATE_WAIT) -> None:
     """``topic`` exists, or the broker creates it now (asked by a producer's metadata request,
     which librdkafka sends with auto-creation allowed), or ``KafkaTopicMissing``. A broker that
-    does not answer is not an error here (the caller's client reports it)."""
+    does not answer, or another error (the client may not see the topic), is not this check's
+    to report: the client that uses the topic reports it."""
     producer = Producer(cfg.client_options_for())
     deadline = time.monotonic() + timeout
     while True:
@@ -145,7 +150,8 @@ def require_topic(cfg: KafkaConfig, topic: str, what: str, *, timeout: float = C
             found = producer.list_topics(topic, timeout=min(timeout, 10.0)).topics.get(topic)
         except KafkaException:
             return
-        if found is not None and found.error is None:
+        error = None if found is None else found.error
+        if found is not None and (error is None or error.code() not in _NOT_THERE_YET):
             return
         if time.monotonic() >= deadline:
             break

@@ -688,15 +688,16 @@ def ends_snapshot(
     feed: Feed, ready: Iterable[SourceTransaction], decode: Decode
 ) -> SourceTransaction | None:
     """The one of a batch's ready items (``Assembly.ready``) that holds the last record of the
-    feed's initial snapshot, or None. Only a Debezium feed's snapshot is marked."""
+    feed's initial snapshot, or None. Only a Debezium feed's snapshot is marked; only events
+    without a transaction are looked at (a snapshot's reads have none)."""
     if feed.format != "debezium":
         return None
     for item in ready:
-        for record in item.records:
+        for event in item.events:
             if (
-                record.topic in feed.topics
-                and _may_end_snapshot(record.value)
-                and snapshot_of(record, decode) == SNAPSHOT_LAST
+                event.transaction is None
+                and _may_end_snapshot(event.record.value)
+                and snapshot_of(event.record, decode) == SNAPSHOT_LAST
             ):
                 return item
     return None
