@@ -70,19 +70,19 @@ def read_topics(cfg: KafkaConfig, feeds: Sequence[Feed]) -> list[ReadTopic]:
         ReadTopic(
             cfg.transactions_topic,
             "the requests topic, kafka.transactions_topic",
-            "the first `cdc publish` where the broker creates topics on first use",
+            "`cdc publish` (its first request, where the broker creates topics on first use)",
         )
     ]
     for feed in feeds:
         for topic, table in sorted(feed.topics.items()):
             what = f"change feed {feed.name}" + (f", table {table}" if table else "")
-            topics.append(ReadTopic(topic, what, "the connector, with its first event there"))
+            topics.append(ReadTopic(topic, what, "the connector (with the table's first event)"))
         if feed.transaction_topic is not None:
             topics.append(
                 ReadTopic(
                     feed.transaction_topic,
                     f"change feed {feed.name}, transaction metadata",
-                    "Debezium with provide.transaction.metadata=true, at its first transaction",
+                    "Debezium (provide.transaction.metadata=true, at its first transaction)",
                 )
             )
     return topics
@@ -116,7 +116,7 @@ class TopicWatch:
             if name in self.missing:
                 log.warning(
                     "kafka: topic %s (%s) does not exist yet: the job waits for it and reads it "
-                    "from its first message; %s creates it, or: %s",
+                    "from its first message. It is created by %s, or with: %s",
                     name,
                     topic.what,
                     topic.created_by,

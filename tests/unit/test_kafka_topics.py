@@ -55,8 +55,9 @@ def test_a_missing_topic_is_said_once_at_startup_and_once_when_it_comes(
     assert len(lines) == 3
     assert lines[0] == (
         "kafka: topic req (the requests topic, kafka.transactions_topic) does not exist yet: the "
-        "job waits for it and reads it from its first message; the first `cdc publish` where "
-        f"the broker creates topics on first use creates it, or: {create_command('b:9092', 'req')}"
+        "job waits for it and reads it from its first message. It is created by `cdc publish` "
+        "(its first request, where the broker creates topics on first use), or with: "
+        + create_command("b:9092", "req")
     )
     assert [missing(t) for t in ("req", "db.public.customers", "db.transaction")] == [1, 0, 1]
 
