@@ -238,9 +238,7 @@ class Job:
             topics = TopicWatch(read_topics(kafka, feeds), kafka.bootstrap, report)
             topics.start(known)
         if metrics is not None and feeds:
-            applied = applied_snapshots(spark, layout.pending)
-            debezium = [feed.name for feed in feeds if feed.format == "debezium"]
-            metrics.snapshots({name: name in applied for name in debezium})
+            metrics.snapshots(feeds, applied_snapshots(spark, layout.pending))
         codec = codec_for(kafka)  # Avro schemas are read (or fetched) at startup
         sink = Sink(
             spark=spark,

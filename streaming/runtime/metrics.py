@@ -19,7 +19,7 @@ import errno
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from streaming.core.changefeed import Feed
 from streaming.core.errors import CdcError, ConfigError
 from streaming.core.outcomes import Outcome, Status
 
@@ -181,10 +182,12 @@ class Metrics:
             self.waiting_events.labels(feed=feed).set(len(times))
             self.oldest_waiting.labels(feed=feed).set(min(times) if times else 0)
 
-    def snapshots(self, complete: Mapping[str, bool]) -> None:
-        """Per Debezium change feed: whether its initial snapshot is applied."""
-        for feed, done in complete.items():
-            self.snapshot_complete.labels(feed=feed).set(1 if done else 0)
+    def snapshots(self, feeds: Sequence[Feed], applied: Collection[str]) -> None:
+        """Per Debezium change feed: whether its initial snapshot is applied (its name in
+        ``applied``)."""
+        for feed in feeds:
+            if feed.format == "debezium":
+                self.snapshot_complete.labels(feed=feed.name).set(1 if feed.name in applied else 0)
 
     def topic(self, name: str, missing: bool) -> None:
         """Whether a topic the job reads is missing (``connectors.kafka_topics.TopicWatch``)."""

@@ -331,8 +331,7 @@ class Sink:
                     ", ".join(f"{t} {n}" for t, n in rows.items()),
                 )
         if self.metrics is not None and after != before:
-            debezium = [f.name for f in self.feeds if f.format == "debezium"]
-            self.metrics.snapshots({name: name in after for name in debezium})
+            self.metrics.snapshots(self.feeds, after)
 
     def _decode(self, raw: RawRequest) -> object:
         if raw.position.kind == "changes":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -86,7 +87,10 @@ def test_a_broker_that_did_not_answer_at_startup_counts_no_topic_missing(
 
 def test_the_snapshot_gauge_is_set_per_feed() -> None:
     metrics = Metrics()
-    metrics.snapshots({"shop": True, "crm": False})
+    shop, crm = replace(feed(), name="shop"), replace(feed(), name="crm")
+    dms = replace(feed(), name="dms", format="dms")
+    metrics.snapshots([shop, crm, dms], {"shop": 4, "dms": 1})
     value = metrics.registry.get_sample_value
     assert value("cdc_change_feed_snapshot_complete", {"feed": "shop"}) == 1
     assert value("cdc_change_feed_snapshot_complete", {"feed": "crm"}) == 0
+    assert value("cdc_change_feed_snapshot_complete", {"feed": "dms"}) is None  # not marked
