@@ -18,7 +18,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -97,11 +97,14 @@ def refused(cfg: KafkaConfig, *, spark: bool, answer: str) -> KafkaAuthError:
     )
 
 
-def check_client(cfg: KafkaConfig, timeout: float = CHECK_TIMEOUT, *, quiet: bool = False) -> None:
+def check_client(
+    cfg: KafkaConfig, timeout: float = CHECK_TIMEOUT, *, quiet: bool = False
+) -> set[str] | None:
     """confluent-kafka connects (and authenticates) with ``kafka.options`` +
     ``kafka.client_options``, or ``KafkaAuthError``; settings librdkafka refuses are a
     ``ConfigError`` naming the maps. ``quiet``: a broker that does not answer is logged at DEBUG
-    (the running job's recheck), not as a warning."""
+    (the running job's recheck), not as a warning. The topics the broker listed (the request
+    that proves the connection lists them), None when it did not answer."""
     errors: list[KafkaError] = []
     try:
         producer = Producer(cfg.client_options_for(error_cb=errors.append))
@@ -113,8 +116,7 @@ def check_client(cfg: KafkaConfig, timeout: float = CHECK_TIMEOUT, *, quiet: boo
     deadline = time.monotonic() + timeout
     while True:
         try:
-            producer.list_topics(timeout=1.0)
-            return
+            return set(producer.list_topics(timeout=1.0).topics)
         except KafkaException as e:
             errors.append(e.args[0])
         producer.poll(0)  # serves error_cb
@@ -129,7 +131,7 @@ def check_client(cfg: KafkaConfig, timeout: float = CHECK_TIMEOUT, *, quiet: boo
                 timeout,
                 scrub(errors[-1].str() if errors else "no answer", kafka_secrets(cfg)),
             )
-            return
+            return None
 
 
 def kafka_source_options(cfg: KafkaConfig) -> dict[str, str]:
@@ -164,12 +166,19 @@ def java_text(error: BaseException) -> str:
     return "\n".join(parts)
 
 
+def exact_names(topics: Iterable[str]) -> str:
+    """A ``subscribePattern`` that matches exactly ``topics``: Spark's Kafka source then reads
+    a topic that is created after the query started from its first message, where a
+    ``subscribe`` of a topic that does not exist fails the query (``connectors.kafka_topics``)."""
+    return "^(" + "|".join(re.escape(topic) for topic in sorted(set(topics))) + ")$"
+
+
 def check_spark_source(
     spark: SparkSession, cfg: KafkaConfig, timeout: float = CHECK_TIMEOUT, *, quiet: bool = False
 ) -> None:
-    """Spark's Kafka source, with the job's options, fetches the offsets of the transactions
-    topic on the driver (planning a batch read, no Spark job, no record read), or
-    ``KafkaAuthError``. ``quiet`` as for ``check_client``."""
+    """Spark's Kafka source, with the job's options, lists the topics and fetches the offsets of
+    the transactions topic, if it exists, on the driver (planning a batch read, no Spark job, no
+    record read), or ``KafkaAuthError``. ``quiet`` as for ``check_client``."""
     options = kafka_source_options(cfg)
     given = cfg.spark_client_options()
     if "default.api.timeout.ms" not in given and "request.timeout.ms" not in given:
@@ -180,7 +189,7 @@ def check_spark_source(
     reader = (
         spark.read.format("kafka")
         .options(**options)
-        .option("subscribe", cfg.transactions_topic)
+        .option("subscribePattern", exact_names([cfg.transactions_topic]))
         .option("startingOffsets", "earliest")
         .option("endingOffsets", "latest")
         .option("fetchOffset.numRetries", "1")
@@ -206,10 +215,12 @@ def check_spark_source(
 
 def check_kafka(
     spark: SparkSession, cfg: KafkaConfig, timeout: float = CHECK_TIMEOUT, *, quiet: bool = False
-) -> None:
-    """Both clients of the job, confluent-kafka first (the quicker to answer)."""
-    check_client(cfg, timeout, quiet=quiet)
+) -> set[str] | None:
+    """Both clients of the job, confluent-kafka first (the quicker to answer); the topics the
+    broker listed (``check_client``)."""
+    topics = check_client(cfg, timeout, quiet=quiet)
     check_spark_source(spark, cfg, timeout, quiet=quiet)
+    return topics
 
 
 def refusal_in(cfg: KafkaConfig, error: BaseException | str) -> KafkaAuthError | None:
@@ -231,7 +242,7 @@ class CredentialWatch:
     credentials were revoked may go on working until the broker closes it, a new one is refused
     at once. The first refusal is kept in ``refused`` and handed to ``on_refused`` (which asks
     the job to stop); the watch then ends. A broker that does not answer is not a refusal: the
-    query's own retries deal with it."""
+    query's own retries deal with it. The topics each check lists go to ``on_topics``."""
 
     def __init__(
         self,
@@ -239,9 +250,10 @@ class CredentialWatch:
         cfg: KafkaConfig,
         interval: float,
         on_refused: Callable[[KafkaAuthError], None],
+        on_topics: Callable[[set[str]], None] | None = None,
     ) -> None:
         self._spark, self._cfg, self._interval = spark, cfg, interval
-        self._on_refused = on_refused
+        self._on_refused, self._on_topics = on_refused, on_topics
         self.refused: KafkaAuthError | None = None
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="cdc-kafka-recheck", daemon=True)
@@ -257,7 +269,9 @@ class CredentialWatch:
         timeout = min(CHECK_TIMEOUT, max(self._interval, 1.0))
         while not self._stopped.wait(self._interval):
             try:
-                check_kafka(self._spark, self._cfg, timeout, quiet=True)
+                topics = check_kafka(self._spark, self._cfg, timeout, quiet=True)
+                if topics is not None and self._on_topics is not None:
+                    self._on_topics(topics)
             except KafkaAuthError as e:
                 if self._stopped.is_set():
                     return

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
@@ -39,7 +38,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from connectors.kafka_check import kafka_source_options
+from connectors.kafka_check import exact_names, kafka_source_options
 from streaming.core.batch import RawRequest, SourcePosition, split_landing_file
 from streaming.core.changefeed import Received
 from streaming.core.config import KafkaConfig, LandingConfig
@@ -56,10 +55,17 @@ BINARY_FILE_SCHEMA = StructType(
 )
 RAW_COLUMNS = ["kind", "name", "partition", "offset", "mtime", "key", "payload"]
 
+FETCH_OFFSET_RETRIES = 30
+FETCH_OFFSET_RETRY_MS = 2000
+"""How often, and how far apart, Spark's Kafka source asks again for a topic's offsets that it
+could not get (``fetchOffset.numRetries``, ``fetchOffset.retryIntervalMs``): a broker outage of
+a minute or so is ridden out; after that the query fails."""
+
 
 def kafka_requests(spark: SparkSession, cfg: KafkaConfig) -> DataFrame:
-    """The transactions topic, read from the configured starting offsets."""
-    subscription = ("subscribe", cfg.transactions_topic)
+    """The transactions topic, from the configured starting offsets where a new checkpoint
+    finds it, else from its first message when it is created (``kafka_check.exact_names``)."""
+    subscription = ("subscribePattern", exact_names([cfg.transactions_topic]))
     return _kafka(spark, cfg, subscription, "kafka", cfg.starting_offsets)
 
 
@@ -68,8 +74,7 @@ def change_feed_records(spark: SparkSession, cfg: KafkaConfig, topics: Sequence[
     a new checkpoint finds: a database's history is not to be skipped. Subscribed by a pattern
     of exactly those names: a connector creates a table's topic at its first change, and a
     topic that is not there yet is read from when it comes (``subscribe`` would fail)."""
-    pattern = "|".join(re.escape(topic) for topic in topics)
-    return _kafka(spark, cfg, ("subscribePattern", f"^({pattern})$"), "changes", "earliest")
+    return _kafka(spark, cfg, ("subscribePattern", exact_names(topics)), "changes", "earliest")
 
 
 def _kafka(
@@ -85,9 +90,8 @@ def _kafka(
         .option(*subscription)
         .option("startingOffsets", starting)
         .option("failOnDataLoss", "true")
-        # Ride out a broker outage of a minute or so instead of failing the query.
-        .option("fetchOffset.numRetries", "30")
-        .option("fetchOffset.retryIntervalMs", "2000")
+        .option("fetchOffset.numRetries", str(FETCH_OFFSET_RETRIES))
+        .option("fetchOffset.retryIntervalMs", str(FETCH_OFFSET_RETRY_MS))
     )
     if cfg.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", cfg.max_offsets_per_trigger)

@@ -83,6 +83,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from connectors.avro import codec_for
     from connectors.kafka_check import check_client
     from connectors.kafka_io import produce
+    from connectors.kafka_topics import require_topic
 
     cfg = _config(args)
     if cfg.kafka is None:
@@ -93,8 +94,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
         for number, line in enumerate(Path(file).read_bytes().splitlines(), start=1):
             if line.strip():
                 records.append(_request_record(line, f"{file}:{number}", codec))
-    check_client(cfg.kafka)  # refused credentials: nothing is sent
-    count = produce(cfg.kafka, cfg.kafka.transactions_topic, records)
+    known = check_client(cfg.kafka)  # refused credentials: nothing is sent
+    topic = cfg.kafka.transactions_topic
+    if known is not None and topic not in known:  # created now, or KAFKA_TOPIC_MISSING
+        require_topic(cfg.kafka, topic, "the requests topic, kafka.transactions_topic")
+    count = produce(cfg.kafka, topic, records)
     print(f"published {count} request(s) to {cfg.kafka.transactions_topic} ({cfg.kafka.format})")
     return 0
 

@@ -799,3 +799,51 @@ def utc(value: datetime | None) -> datetime:
     if value is None:
         return datetime.fromtimestamp(0, UTC)
     return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+# -- the end of a feed's initial snapshot ------------------------------------------------------
+
+SNAPSHOT_LAST = "last"
+"""Debezium's ``source.snapshot`` on the last record of an initial snapshot. Its values (3.6):
+``first``, ``first_in_data_collection``, ``true``, ``last_in_data_collection`` and ``last`` on
+a snapshot's reads, ``incremental`` on an incremental snapshot's, ``false`` (or none) on
+streamed changes."""
+
+
+def snapshot_of(record: Received, decode: Decode) -> str | None:
+    """The ``source.snapshot`` of a Debezium record; None when it has none or is unreadable."""
+    if record.value is None:
+        return None
+    try:
+        value, _ = _unwrap(decode(record.value))
+    except RejectedError:
+        return None
+    source = value.get("source") if isinstance(value, dict) else None
+    snapshot = source.get("snapshot") if isinstance(source, dict) else None
+    return snapshot if isinstance(snapshot, str) else None
+
+
+def _may_end_snapshot(value: bytes | None) -> bool:
+    """Whether a record's bytes may hold ``"snapshot": "last"``, without decoding them: JSON
+    (Debezium's converter writes ``"snapshot":"last"``) must contain ``"last"``; Avro (the
+    Confluent wire format, first byte 0; an enum is written as a number) is always decoded."""
+    return value is not None and (value[:1] == b"\x00" or b'"last"' in value)
+
+
+def ends_snapshot(
+    feed: Feed, ready: Iterable[SourceTransaction], decode: Decode
+) -> SourceTransaction | None:
+    """The one of a batch's ready items (``Assembly.ready``) that holds the last record of the
+    feed's initial snapshot, or None. Only a Debezium feed's snapshot is marked; only events
+    without a transaction are looked at (a snapshot's reads have none)."""
+    if feed.format != "debezium":
+        return None
+    for item in ready:
+        for event in item.events:
+            if (
+                event.transaction is None
+                and _may_end_snapshot(event.record.value)
+                and snapshot_of(event.record, decode) == SNAPSHOT_LAST
+            ):
+                return item
+    return None

@@ -385,7 +385,9 @@ class KafkaConfig(_Strict):
         "json", description="Message format: JSON, or Avro in the Confluent wire format"
     )
     starting_offsets: Literal["earliest", "latest"] = Field(
-        "earliest", description="Where a new checkpoint starts reading the requests topic"
+        "earliest",
+        description="Where a new checkpoint starts reading the requests topic; a requests "
+        "topic created after the job started is read from its first message",
     )
     max_offsets_per_trigger: int | None = Field(
         None, gt=0, description="Upper bound of requests read per micro-batch"

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
@@ -20,6 +20,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from connectors.avro import AvroRequestDecoder, codec_for
 from connectors.kafka_check import CredentialWatch, check_kafka, java_text, refusal_in
 from connectors.kafka_io import OutcomePublisher, outcome_publisher
+from connectors.kafka_topics import TopicWatch, read_topics, require_topic
 from connectors.sources import (
     RAW_COLUMNS,
     change_feed_records,
@@ -53,6 +54,7 @@ from streaming.runtime.upkeep import Upkeep, retention_properties
 from streaming.storage import evolved
 from streaming.storage.evolution import evolve
 from streaming.storage.maintain import current_tables
+from streaming.storage.pending import applied_snapshots
 from streaming.storage.schemas import (
     LEDGER_SCHEMA,
     OUTCOMES_SCHEMA,
@@ -156,14 +158,20 @@ class Job:
     """The job's lease on its checkpoint (``runtime.lease``): taken and renewed from ``create``
     on, released when ``run`` ends cleanly or ``stop`` stops the query (taken again by the next
     ``start``)."""
+    topics: TopicWatch | None = None
+    """Which topics the job reads are missing (``connectors.kafka_topics``); None: no Kafka."""
     listener: ProgressListener = field(init=False)
     """Logs Spark's progress of the query (rates, duration, Kafka lag); its last entries."""
 
     def __post_init__(self) -> None:
-        metrics = self.sink.metrics
-        self.listener = ProgressListener(
-            self.cfg.query_name, on_progress=metrics.progress if metrics else None
-        )
+        self.listener = ProgressListener(self.cfg.query_name, on_progress=self._progress)
+
+    def _progress(self, entry: dict[str, Any]) -> None:
+        """One of Spark's progress events: the metrics' lag; its topics are there."""
+        if self.sink.metrics is not None:
+            self.sink.metrics.progress(entry)
+        if self.topics is not None:
+            self.topics.seen(entry.get("lag") or {})
 
     @classmethod
     def create(cls, spark: SparkSession, cfg: AppConfig) -> Job:
@@ -223,8 +231,18 @@ class Job:
             feeds=bool(feeds),
             properties=retention_properties(upkeep.retention_seconds) if upkeep.enabled else {},
         )
+        topics = None
         if kafka is not None:  # credentials the broker refuses stop the job here
-            check_kafka(spark, kafka)
+            known = check_kafka(spark, kafka)
+            if known is not None and kafka.outcomes_topic not in known:
+                # Written by the job only: where the broker does not create it, stop here.
+                what = "the outcomes topic, kafka.outcomes_topic"
+                require_topic(kafka, kafka.outcomes_topic, what)
+            report = metrics.topic if metrics is not None else None
+            topics = TopicWatch(read_topics(kafka, feeds), kafka.bootstrap, report)
+            topics.start(known)
+        if metrics is not None and feeds:
+            metrics.snapshots(feeds, applied_snapshots(spark, layout.pending))
         codec = codec_for(kafka)  # Avro schemas are read (or fetched) at startup
         sink = Sink(
             spark=spark,
@@ -261,7 +279,9 @@ class Job:
             if upkeep.enabled
             else None,
         )
-        return cls(spark, cfg, datasets, layout, sink, exporter=exporter, lease=lease)
+        return cls(
+            spark, cfg, datasets, layout, sink, exporter=exporter, lease=lease, topics=topics
+        )
 
     def close(self) -> None:
         """The job is done with: stop serving the metrics (if served; the port is free again)
@@ -373,6 +393,7 @@ class Job:
             kafka,
             kafka.recheck_seconds,
             on_refused=lambda error: shutdown.request(error.code),
+            on_topics=self.topics.seen if self.topics is not None else None,
         ).start()
 
     def _failure(self, error: BaseException) -> CdcError:

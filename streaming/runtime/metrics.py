@@ -3,10 +3,11 @@
 ``Metrics`` holds the metric objects in a registry of its own (not prometheus_client's global
 one: a process may run several jobs, the tests do) and is fed by the job: the sink after each
 micro-batch (``batch``: its outcomes, the Spark jobs and Delta commits it cost, its duration;
-``waiting``: the change feeds' records that wait), the progress listener after each of Spark's
-progress events (``progress``: the Kafka lag), and a callable for the landing folders'
-backlog, asked at each scrape. ``serve`` exposes the registry
-over HTTP (``/metrics``) until ``Exporter.close``.
+``waiting``: the change feeds' records that wait; ``snapshots``: whose initial snapshot is
+applied), the job's topic watch (``topic``: a topic it reads missing), the progress listener
+after each of Spark's progress events (``progress``: the Kafka lag), and a callable for the
+landing folders' backlog, asked at each scrape. ``serve`` exposes the registry over HTTP
+(``/metrics``) until ``Exporter.close``.
 
 Counters count what this process did: they start at 0 when the job starts, as Prometheus
 expects of counters (``rate()`` takes the restarts).
@@ -18,7 +19,7 @@ import errno
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -27,6 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from streaming.core.changefeed import Feed
 from streaming.core.errors import CdcError, ConfigError
 from streaming.core.outcomes import Outcome, Status
 
@@ -94,6 +96,21 @@ class Metrics:
             "cdc_change_feed_oldest_waiting_timestamp_seconds",
             "When the oldest waiting record of a change feed arrived (Unix time); 0: none waits",
             ["feed"],
+            registry=registry,
+        )
+        self.snapshot_complete = Gauge(
+            "cdc_change_feed_snapshot_complete",
+            "1 once a batch applied the last record of a Debezium change feed's initial snapshot "
+            "(from then on the tables read consistently equal the database as of one of its "
+            "commits); 0 before",
+            ["feed"],
+            registry=registry,
+        )
+        self.topic_missing = Gauge(
+            "cdc_kafka_topic_missing",
+            "1 while a topic the job reads (requests, change feeds) does not exist and the job "
+            "waits for it; 0 once it does",
+            ["topic"],
             registry=registry,
         )
         self.upkeep_runs = Counter(
@@ -164,6 +181,17 @@ class Metrics:
             times = arrived.get(feed) or []
             self.waiting_events.labels(feed=feed).set(len(times))
             self.oldest_waiting.labels(feed=feed).set(min(times) if times else 0)
+
+    def snapshots(self, feeds: Sequence[Feed], applied: Collection[str]) -> None:
+        """Per Debezium change feed: whether its initial snapshot is applied (its name in
+        ``applied``)."""
+        for feed in feeds:
+            if feed.format == "debezium":
+                self.snapshot_complete.labels(feed=feed.name).set(1 if feed.name in applied else 0)
+
+    def topic(self, name: str, missing: bool) -> None:
+        """Whether a topic the job reads is missing (``connectors.kafka_topics.TopicWatch``)."""
+        self.topic_missing.labels(topic=name).set(1 if missing else 0)
 
     def upkeep(self, runs: Sequence[tuple[str, str, float]], files: Mapping[str, int]) -> None:
         """After a batch's upkeep: its tasks as (action, result, seconds), and the live files of

@@ -48,6 +48,7 @@ from streaming.core.changefeed import (
     SourceTransaction,
     assemble,
     decode_changes_request,
+    ends_snapshot,
     staged_at,
     unavailable_kept,
 )
@@ -84,6 +85,7 @@ from streaming.runtime.stopping import BatchGate, StopRequested
 from streaming.runtime.upkeep import Upkeep
 from streaming.storage import ledger, pending, system
 from streaming.storage.commits import BatchCommit
+from streaming.storage.tables import read_table
 from streaming.storage.timeline import Timeline
 from streaming.storage.tombstones import DeletedKeys
 
@@ -339,7 +341,8 @@ class Sink:
         finally:
             self._release()
         if feeds is not None:
-            self.waiting.finished(feeds.after)
+            self.waiting.finished(feeds.after, feeds.snapshots[1])
+            self._snapshots_applied(feeds, batch_id)
             if self.metrics is not None:
                 arrived = {
                     name: [r.received_at.timestamp() for r in records]
@@ -372,6 +375,7 @@ class Sink:
         raws: list[RawRequest] = []
         staged: dict[str, SourceTransaction] = {}
         after: dict[str, list[Received]] = {}
+        snapshots = dict(self.waiting.snapshots)  # as ``before`` has them
         for index, feed in enumerate(self.feeds):
             records = [*before.get(feed.name, []), *new.get(feed.name, [])]
             if not records:
@@ -379,6 +383,10 @@ class Sink:
             assembly = assemble(feed, records, self.decode_change, at, self._ledger_holds)
             # New source columns, by the feed's policy, before anything of the batch is applied.
             self.datasets = self.columns.follow(feed, self.datasets, assembly.ready, batch_id)
+            if feed.name not in snapshots and ends_snapshot(
+                feed, assembly.ready, self.decode_change
+            ):
+                snapshots[feed.name] = batch_id
             if assembly.waiting:
                 after[feed.name] = assembly.waiting
             for place, item in enumerate(assembly.ready):
@@ -386,7 +394,28 @@ class Sink:
                 position = SourcePosition("changes", anchor.where, index, place)
                 raws.append(RawRequest(position, item.payload(), anchor.received_at))
                 staged[item.transaction_id] = item
-        return _FeedBatch(raws, staged, before, after)
+        return _FeedBatch(raws, staged, before, after, (dict(self.waiting.snapshots), snapshots))
+
+    def _snapshots_applied(self, feeds: _FeedBatch, batch_id: int) -> None:
+        """Say (one line each) which feeds' initial snapshots this batch applied the end of, with
+        the rows their tables hold now; set ``cdc_change_feed_snapshot_complete``."""
+        before, after = feeds.snapshots
+        for feed in self.feeds:
+            if feed.name in after and feed.name not in before:
+                tables = sorted(set(feed.tables.values()))
+                rows = {
+                    t: read_table(self.spark, self.layout.table(feed.dataset, t)).count()
+                    for t in tables
+                }
+                log.info(
+                    "feed %s: initial snapshot applied in batch %s (%s rows in tables %s)",
+                    feed.name,
+                    batch_id,
+                    sum(rows.values()),
+                    ", ".join(f"{t} {n}" for t, n in rows.items()),
+                )
+        if self.metrics is not None and after != before:
+            self.metrics.snapshots(self.feeds, after)
 
     def _ledger_holds(self, ids: Sequence[str]) -> Collection[str]:
         """Which of ``ids`` the ledger holds (a source transaction a connector sent again)."""
@@ -719,7 +748,12 @@ class Sink:
             path = self.layout.pending
             writes.append(
                 partial(
-                    pending.write, path=path, before=feeds.before, after=feeds.after, commit=commit
+                    pending.write,
+                    path=path,
+                    before=feeds.before,
+                    after=feeds.after,
+                    commit=commit,
+                    snapshots=feeds.snapshots,
                 )
             )
         self.sessions.map(_call, writes)
@@ -792,6 +826,8 @@ class _FeedBatch:
     staged: dict[str, SourceTransaction]
     before: dict[str, list[Received]]
     after: dict[str, list[Received]]
+    snapshots: tuple[dict[str, int], dict[str, int]]
+    """Feed → the batch that applied its initial snapshot, before and after this one."""
 
 
 def _staged_rows(

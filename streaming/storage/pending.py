@@ -7,12 +7,17 @@ the batch's other system writes. A batch reads it at the version before its own 
 version the batch it follows left — so a replayed batch sees exactly what it saw the first time.
 Between batches of one process the set is held on the driver (``Waiting``): only a process's
 first batch, or a batch that may be a replay, reads the table.
+
+The table also keeps one row per feed whose initial snapshot is applied (``SNAPSHOT_MARK``: its
+topic is empty, its offset the batch that applied the snapshot's last record), written by that
+batch with the waiting set, in the same commit: a restart, or a replay, knows it as the batch
+did (``Waiting.snapshots``, ``applied_snapshots``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
@@ -22,12 +27,18 @@ from streaming.storage.log import latest_version
 from streaming.storage.schemas import PENDING_SCHEMA
 from streaming.storage.tables import read_table
 
+SNAPSHOT_MARK = ""
+"""The topic of a feed's "initial snapshot applied" row (no Kafka topic has an empty name)."""
+
 
 @dataclass
 class Waiting:
     """The waiting records per feed, as the last batch this process finished left them."""
 
     records: dict[str, list[Received]] | None = None
+    snapshots: dict[str, int] = field(default_factory=dict)
+    """Feed → the batch that applied the last record of its initial snapshot, as of the
+    records read or finished (``SNAPSHOT_MARK``)."""
 
     def read(
         self, spark: SparkSession, path: str, query: str, batch_id: int, *, replay_possible: bool
@@ -41,7 +52,11 @@ class Waiting:
             if own:
                 version = min(v for v, _ in own.values()) - 1
         found: dict[str, list[Received]] = {}
+        snapshots: dict[str, int] = {}
         for row in read_table(spark, path, version).collect():
+            if row["topic"] == SNAPSHOT_MARK:
+                snapshots[row["feed"]] = row["offset"]
+                continue
             found.setdefault(row["feed"], []).append(
                 Received(
                     row["topic"],
@@ -53,14 +68,27 @@ class Waiting:
                     utc(row["received_at"]),
                 )
             )
+        self.snapshots = snapshots
         return found
 
-    def finished(self, records: dict[str, list[Received]]) -> None:
-        """The batch that wrote ``records`` ended: the next one starts from them."""
+    def finished(
+        self, records: dict[str, list[Received]], snapshots: Mapping[str, int] | None = None
+    ) -> None:
+        """The batch that wrote ``records`` (and ``snapshots``: as before when None) ended: the
+        next one starts from them."""
         self.records = records
+        if snapshots is not None:
+            self.snapshots = dict(snapshots)
 
     def forget(self) -> None:
         self.records = None
+
+
+def applied_snapshots(spark: SparkSession, path: str) -> dict[str, int]:
+    """Feed → the batch that applied its initial snapshot, as the table's latest version has
+    it (the job's startup: its metric before any batch)."""
+    rows = read_table(spark, path).where(f"topic = '{SNAPSHOT_MARK}'").collect()
+    return {row["feed"]: row["offset"] for row in rows}
 
 
 def write(
@@ -69,15 +97,21 @@ def write(
     before: dict[str, list[Received]],
     after: dict[str, list[Received]],
     commit: BatchCommit,
+    snapshots: tuple[Mapping[str, int], Mapping[str, int]] = ({}, {}),
 ) -> None:
     """Replace the waiting set when the batch changed it (nothing waited and nothing waits: no
-    commit)."""
-    if _keys(before) == _keys(after):
+    commit). ``snapshots``: the feeds whose initial snapshot is applied, before and after the
+    batch (``SNAPSHOT_MARK``)."""
+    if _keys(before) == _keys(after) and snapshots[0] == snapshots[1]:
         return
     rows = [
         (feed, r.topic, r.partition, r.offset, r.key, r.value, r.timestamp, r.received_at)
         for feed, records in sorted(after.items())
         for r in records
+    ]
+    rows += [
+        (feed, SNAPSHOT_MARK, -1, batch, None, None, commit.at, commit.at)
+        for feed, batch in sorted(snapshots[1].items())
     ]
     overwrite(spark.createDataFrame(rows, PENDING_SCHEMA).coalesce(1), path, commit)
 

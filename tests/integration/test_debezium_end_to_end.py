@@ -14,6 +14,7 @@ a key deleted and inserted again, many rows in one transaction) while the job ru
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -117,6 +118,7 @@ def test_postgres_to_delta_equal_after_every_batch_and_at_the_end(
     kafka_broker: LocalKafkaBroker,
     postgres: PostgresCluster,
     tmp_path_factory: pytest.TempPathFactory,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     pg = postgres
     prefix = f"pg{uuid.uuid4().hex[:6]}"
@@ -153,6 +155,7 @@ def test_postgres_to_delta_equal_after_every_batch_and_at_the_end(
     )
     job: Job | None = None
     query = None
+    caplog.set_level(logging.INFO, logger="streaming.runtime.sink")
     try:
         wait_for_slot(pg, connect.slot_name)
         # The snapshot is in Kafka before the job starts: its first batch takes all of it.
@@ -162,6 +165,17 @@ def test_postgres_to_delta_equal_after_every_batch_and_at_the_end(
         query = job.start(once=False)
         warehouse = ws.root / "warehouse"
         wait_until("the snapshot applied", lambda: consistent(warehouse) == states[0], timeout=240)
+
+        # The batch that applied it said so, with the rows of each table (the snapshot's end,
+        # Debezium's source.snapshot = last).
+        def said_snapshot() -> list[str]:
+            return [r.getMessage() for r in caplog.records if "initial snapshot" in r.getMessage()]
+
+        wait_until("the snapshot's end said", lambda: bool(said_snapshot()), timeout=60)
+        said = said_snapshot()
+        assert len(said) == 1, said
+        assert said[0].startswith("feed shop: initial snapshot applied in batch "), said
+        assert said[0].endswith("(5 rows in tables shop.Customer 3, shop.Order 2)"), said
         workload = [
             [  # inserts in both tables, an update
                 "INSERT INTO customers VALUES (4, 'Dee', 7.25)",

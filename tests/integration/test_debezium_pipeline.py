@@ -186,6 +186,15 @@ def test_snapshot_events_are_reads_without_a_transaction(run: Run) -> None:
         assert m.payload["transaction"] is None
         assert m.payload["source"]["snapshot"] in SNAPSHOT_MARKS
         assert isinstance(m.payload["source"]["lsn"], int)
+    # Each table's first and last read are marked; the snapshot's very last read is "last"
+    # (what ends a feed's snapshot: core.changefeed.ends_snapshot).
+    assert [m.payload["source"]["snapshot"] for m in snapshot] == [
+        "first",
+        "true",
+        "last_in_data_collection",
+        "first_in_data_collection",
+        "last",
+    ]
 
 
 def test_the_transaction_s_events_carry_its_id_and_order(run: Run) -> None:

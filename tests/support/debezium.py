@@ -79,11 +79,16 @@ class Topics:
         order: int = 1,
         table_order: int | None = None,
         lsn: int | None = None,
+        snapshot: str | None = None,
     ) -> Received:
         """A data event of ``table`` (``public.customers``): ``row`` is ``after`` (c, u, r)
-        or ``before`` (d); its key is the row's ``id``."""
+        or ``before`` (d); its key is the row's ``id``. ``snapshot``: its ``source.snapshot``
+        (``true``, ``first``, ``last``, …; absent when None)."""
         self.lsn += 10
-        source = {"connector": "postgresql", "lsn": self.lsn if lsn is None else lsn}
+        source: dict[str, Any] = {"connector": "postgresql"}
+        source["lsn"] = self.lsn if lsn is None else lsn
+        if snapshot is not None:
+            source["snapshot"] = snapshot
         value: dict[str, Any] = {
             "before": dict(row) if op == "d" else None,
             "after": None if op == "d" else dict(row),

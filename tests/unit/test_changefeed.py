@@ -19,6 +19,7 @@ from streaming.core.changefeed import (
     KEY_COLUMN,
     OP_COLUMN,
     POSITION_COLUMN,
+    SNAPSHOT_LAST,
     DataEvent,
     Received,
     SourceTransaction,
@@ -27,10 +28,12 @@ from streaming.core.changefeed import (
     connect_value,
     decode_changes_request,
     decode_json_value,
+    ends_snapshot,
     feed_of,
     is_unavailable,
     key_id,
     read_debezium,
+    snapshot_of,
     source_position,
     transaction_key,
     unavailable_kept,
@@ -977,3 +980,58 @@ def test_bytes_are_base64_text_whichever_converter_sent_them() -> None:
     (a ``binary`` property decodes it), never as Python's ``b'...'``."""
     assert connect_value(b"\x00\xffab", None) == "AP9hYg=="
     assert connect_value("AP9hYg==", {"type": "bytes"}) == "AP9hYg=="
+
+
+# -- the end of the initial snapshot -------------------------------------------------------------
+
+
+def test_the_snapshot_ends_at_the_ready_item_holding_the_record_marked_last() -> None:
+    for wrapped in (False, True):
+        topics = Topics(wrapped=wrapped)
+        topics.event(CUST, "r", {"id": 1}, snapshot="first")
+        topics.event(CUST, "r", {"id": 2}, snapshot="true")
+        topics.event(CUST, "r", {"id": 3}, snapshot="last_in_data_collection")
+        topics.event(ORD, "r", {"id": 10}, snapshot="first_in_data_collection")
+        first = assemble(feed(), topics.take(), decode_json_value, T0)
+        assert ends_snapshot(feed(), first.ready, decode_json_value) is None  # a table's last
+        topics.event(ORD, "r", {"id": 11}, snapshot="last")
+        topics.transaction("700:1", [(CUST, "u", {"id": 1, "name": "Ada"})])
+        second = assemble(feed(), topics.take(), decode_json_value, T0)
+        ended = ends_snapshot(feed(), second.ready, decode_json_value)
+        assert ended is not None and ended.source_id == "pg.public.orders[0]@1-1"
+        # Streamed changes ("false", or no mark) end nothing.
+        assert ends_snapshot(feed(), second.ready[1:], decode_json_value) is None
+
+
+def test_a_real_snapshot_record_is_read_for_its_mark() -> None:
+    marks = {n: snapshot_of(real(n, 0), decode_json_value) for n in EXAMPLES}
+    assert marks["snapshot_customers"] == "first"
+    assert marks["snapshot_customers_last"] == "last_in_data_collection"
+    assert marks["insert_customers"] == "false"
+    assert marks["transaction_end"] is None
+    last = json.loads(json.dumps(EXAMPLES["snapshot_orders"]))
+    last["value"]["payload"]["source"]["snapshot"] = SNAPSHOT_LAST
+    record = Received(last["topic"], 0, 7, b"{}", json.dumps(last["value"]).encode(), T0, T0)
+    chunk = assemble(shop_feed(), [record], decode_json_value, T0).ready
+    assert ends_snapshot(shop_feed(), chunk, decode_json_value) is chunk[0]
+
+
+def test_records_that_cannot_end_the_snapshot_are_not_decoded_again() -> None:
+    decoded: list[bytes] = []
+
+    def counting(data: bytes) -> object:
+        decoded.append(data)
+        return decode_json_value(data)
+
+    topics = Topics()
+    topics.event(CUST, "r", {"id": 1}, snapshot="true")
+    topics.event(CUST, "r", {"id": 2, "name": "last"}, snapshot="true")  # "last" as data
+    ready = assemble(feed(), topics.take(), decode_json_value, T0).ready
+    assert ends_snapshot(feed(), ready, counting) is None
+    assert len(decoded) == 1  # only the one whose bytes hold "last"
+    dms = feed_of(
+        ChangeFeedConfig(name="d", dataset="shop", format="dms", topic="dms"),
+        0,
+        {"shop": parse_dataset("shop", yaml.safe_load(SHOP))},
+    )
+    assert ends_snapshot(dms, ready, counting) is None  # DMS marks no snapshot
