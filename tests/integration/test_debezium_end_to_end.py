@@ -209,9 +209,11 @@ def test_postgres_to_delta_equal_after_every_batch_and_at_the_end(
             timeout=240,
         )
     finally:
-        if job is not None and query is not None:
-            job.stop(query)
-        connect.stop()
+        try:
+            if job is not None and query is not None:
+                job.stop(query)
+        finally:
+            connect.stop()  # even when stopping the job fails: no Connect JVM left behind
 
     assert delta_state(warehouse) == pg_state(pg)
     batches = versions_per_batch(warehouse)

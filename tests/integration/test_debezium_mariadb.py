@@ -260,9 +260,11 @@ def test_mariadb_to_delta_equal_after_every_batch_and_at_the_end(
         if target := os.environ.get("WRITE_DEBEZIUM_EXAMPLES"):
             write_examples(kafka_broker.bootstrap, connect, Path(target))
     finally:
-        if job is not None and query is not None:
-            job.stop(query)
-        connect.stop()
+        try:
+            if job is not None and query is not None:
+                job.stop(query)
+        finally:
+            connect.stop()  # even when stopping the job fails: no Connect JVM left behind
 
     assert delta_state(warehouse) == db_state(db)
     # The columns have the types the dataset declares: DECIMAL's own size, DATE, TIMESTAMP.

@@ -198,9 +198,11 @@ def test_a_column_added_in_postgres_arrives_with_its_values_and_a_restart_agrees
             timeout=240,
         )
     finally:
-        job.stop(query)
-        job.close()
-        connect.stop()
+        try:
+            job.stop(query)
+            job.close()
+        finally:
+            connect.stop()  # even when stopping the job fails: no Connect JVM left behind
     assert {o["status"] for o in outcomes(warehouse)} == {"COMMITTED"}
     assert len(evolved.to_pyarrow_table().to_pylist()) == 2  # nothing added twice
     assert delta_rows(warehouse)["5"]["rank"] == 9

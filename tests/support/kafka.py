@@ -50,16 +50,26 @@ def _consumer(bootstrap: str) -> Consumer:
     )
 
 
+LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+"""What a topic a connector has just created answers until its partitions have a leader."""
+
+
 def _watermarks(consumer: Consumer, topic: str, timeout: float) -> dict[int, tuple[int, int]]:
-    """``{partition: (low, high)}``; empty when the topic does not exist (yet)."""
+    """``{partition: (low, high)}``; empty when the topic does not exist (yet), or exists but
+    its partitions have no leader yet (just created: the caller asks again)."""
     found = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
     if found is None or found.error is not None:
         return {}
     marks: dict[int, tuple[int, int]] = {}
     for partition in sorted(found.partitions):
-        got = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=timeout, cached=False
-        )
+        try:
+            got = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout, cached=False
+            )
+        except KafkaException as e:
+            if e.args and e.args[0].code() in LEADER_MOVING:
+                return {}
+            raise
         if got is None:
             raise KafkaException(f"no watermarks for {topic}[{partition}] within {timeout}s")
         marks[partition] = (int(got[0]), int(got[1]))
