@@ -40,12 +40,9 @@ from typing import Any, Literal
 from streaming.core.catalog import Dataset
 from streaming.core.config import ChangeFeedConfig, duration_seconds
 from streaming.core.errors import ConfigError, RejectedError
-from streaming.core.fold import MISSING
+from streaming.core.fold import FLAGS, MISSING
 from streaming.core.sourceschema import SchemaChanges
 
-FLAGS = "$flags:"
-"""A staged row's column ``$flags:<column>`` = ``MISSING``: the source did not send the value
-(``DataEvent.unavailable``); read as the extended format's flags are (``inputs.loads``)."""
 KEY_COLUMN = "__key"
 POSITION_COLUMN = "__position"
 OP_COLUMN = "Op"

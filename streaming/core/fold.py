@@ -145,6 +145,9 @@ def _write(state: Stored, change: Change, data: Mapping[str, Any]) -> tuple[Stor
 
 
 MISSING, AGGREGATE = 1, 2
+FLAGS = "$flags:"
+"""The column prefix of a value's flags: the extended format's ``$flags:<property>`` (seed 003),
+a change feed's staged ``$flags:<column>`` (``core.changefeed``)."""
 
 
 def _with_flags(state: Stored, data: Mapping[str, Any], flags: Mapping[str, int]) -> dict[str, Any]:

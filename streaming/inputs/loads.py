@@ -53,7 +53,7 @@ from streaming.core.datafiles import (
     parquet_frame_error,
 )
 from streaming.core.errors import RejectedError
-from streaming.core.fold import ChangeKind
+from streaming.core.fold import FLAGS, ChangeKind
 from streaming.core.plan import Events, Files, Load, Location, SchemaRows
 from streaming.core.requests import DataFormat, Operation
 from streaming.inputs.jsonfiles import (
@@ -74,7 +74,7 @@ META_SOURCE_COLUMNS = ("version", "created", "updated", "hash")
 """An object source's meta columns: never copied into a target (seed 000, PATCH)."""
 CORRUPT = "_corrupt_record"
 ROW = "__row"
-CHANGE_TYPE, VALUE, FLAGS = "$change_type", "$value:", "$flags:"
+CHANGE_TYPE, VALUE = "$change_type", "$value:"
 BAD_OP = "__bad_op"
 """A check column: NULL, or for a DMS row whose ``Op`` is not a DMS operation ``[Op]``."""
 _CHECK_COLUMNS = ["__seq", "id", "__bad_cols", "__corrupt", BAD_OP]
