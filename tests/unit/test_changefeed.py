@@ -594,8 +594,8 @@ EXAMPLES = json.loads(
 )
 
 
-def real(name: str, offset: int) -> Received:
-    example = EXAMPLES[name]
+def captured(example: dict[str, Any], offset: int) -> Received:
+    """A record a real connector wrote (a fixture's entry), at ``offset`` of partition 0."""
     value = example["value"]
     return Received(
         example["topic"],
@@ -606,6 +606,10 @@ def real(name: str, offset: int) -> Received:
         T0,
         T0,
     )
+
+
+def real(name: str, offset: int) -> Received:
+    return captured(EXAMPLES[name], offset)
 
 
 def shop_feed():
@@ -676,17 +680,7 @@ def mariadb_feed():
 
 
 def real_mariadb(name: str, offset: int) -> Received:
-    example = MARIADB[name]
-    value = example["value"]
-    return Received(
-        example["topic"],
-        0,
-        offset,
-        json.dumps(example["key"]).encode(),
-        None if value is None else json.dumps(value).encode(),
-        T0,
-        T0,
-    )
+    return captured(MARIADB[name], offset)
 
 
 def mariadb_source(name: str) -> dict:
