@@ -124,6 +124,12 @@ class DataEvent:
     """Columns whose value the source did not send (``unavailable``): the stored value stays."""
     fields: Mapping[str, Any] | None = None
     """The Connect schemas of the row's columns (the JSON converter's schema); None without."""
+    snapshot: str | None = None
+    """Debezium's ``source.snapshot`` (``SNAPSHOT_LAST`` on the last read of a snapshot)."""
+
+    @property
+    def where(self) -> str:
+        return self.record.where
 
 
 @dataclass(frozen=True)
@@ -438,8 +444,19 @@ def read_debezium(feed: Feed, record: Received, decode: Decode) -> Item | None:
         before = _row(value.get("before"), _field_schemas(schema, "before"), record, "before")
         row, unavailable = _available(row, before, schemas, feed.placeholder)
     fields = schemas or None
+    snapshot = source.get("snapshot")
     return DataEvent(
-        record, table, mapped, row, key_id(key), position, transaction, place, unavailable, fields
+        record,
+        table,
+        mapped,
+        row,
+        key_id(key),
+        position,
+        transaction,
+        place,
+        unavailable,
+        fields,
+        snapshot if isinstance(snapshot, str) else None,
     )
 
 
@@ -715,7 +732,10 @@ def assemble(
             transactions.append(_transaction(feed, tx, records, found, ends[tx], why))
             continue
         held = True  # a later commit waits for this one
-    for tx in sorted(set(records_of) - set(ends), key=first_seen):  # no END (yet)
+    def first_place(tx: str) -> tuple[datetime, tuple[str, int, int]]:
+        return first_seen(tx), min(r.sort_key() for r in records_of[tx])
+
+    for tx in sorted(set(records_of) - set(ends), key=first_place):  # no END (yet)
         waited = now - first_seen(tx)
         if waited > feed.max_wait:
             records, found = take(tx)

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from urllib.parse import urlparse
 
 from streaming.core.catalog import Dataset, SchemaDef
+from streaming.core.changefeed import Feed
 from streaming.core.columns import ColumnFormat
 from streaming.core.errors import RejectedError
 from streaming.core.expressions import (
@@ -24,6 +25,7 @@ from streaming.core.expressions import (
     check_expression,
     parse_expression,
 )
+from streaming.core.feedevents import Piece, column_mapping
 from streaming.core.fold import ChangeKind
 from streaming.core.layout import Layout
 from streaming.core.requests import Action, DataFormat, Operation, TransactionRequest
@@ -100,20 +102,19 @@ class TableRows:
 
 @dataclass(frozen=True)
 class Events:
-    """The rows of one table of a source transaction of a change feed (``core.changefeed``),
-    staged on the driver by the sink: DMS-shaped (``Op``), read as a DMS file is."""
+    """The rows of one table of a source transaction of a change feed (``core.feedevents``),
+    staged by Spark (``runtime.feeds``): DMS-shaped (``Op``), read as a DMS file is."""
 
     location: str
-    rows: tuple[Mapping[str, Any], ...]
+    rows: int
+    """How many (``inputs.loads`` reads them from the batch's staged frame)."""
     column_format: ColumnFormat
     column_mapping: Mapping[str, str]
     format: DataFormat = DataFormat.DMS
     truncate: bool = False
     """A truncate of the table (no rows; the action a MERGE: every stored row deleted)."""
-
-
-Staged = Callable[[str, str], Sequence[Mapping[str, Any]] | None]
-"""(transaction id, ``locationUri``) → the staged rows of that transaction there, or None."""
+    unavailable: int = 0
+    """Values of its rows the source did not send (their stored values kept)."""
 
 
 Source = Files | SchemaRows | TableRows | Events
@@ -208,7 +209,6 @@ class _Context:
     base_dir: str
     allowed_locations: list[str]
     exists: Callable[[str], Literal["dir", "file"] | None]
-    staged: Staged | None = None
 
     def dataset(self, name: str) -> Dataset:
         dataset = self.datasets.get(name)
@@ -428,21 +428,6 @@ def _action_loads(
             scope = _scope(rows.filter, target, where)
             reads |= {ctx.layout.table(request.dataset, target.name)}
         return [(target, rows, scope, reads)]
-    uri = action.location_uri
-    staged = ctx.staged(request.transaction_id, uri) if ctx.staged and uri else None
-    if staged is not None:
-        assert uri is not None
-        target = targets[0]
-        truncate = op is Operation.MERGE  # of no rows: every stored row deleted
-        events = Events(
-            uri,
-            tuple(staged),
-            _column_format(action, target, DataFormat.DMS),
-            {**target.column_mapping, **action.column_mapping},
-            truncate=truncate,
-        )
-        reads = frozenset({ctx.layout.table(request.dataset, target.name)} if truncate else ())
-        return [(target, events, None, reads)]
     if op in (Operation.MERGE, Operation.REPLACE):
         raise RejectedError(f"{where}: {op} needs a source schema", code="MISSING_FIELD")
     assert action.location_uri is not None
@@ -465,12 +450,9 @@ def plan_transaction(
     base_dir: str,
     allowed_locations: list[str],
     exists: Callable[[str], Literal["dir", "file"] | None],
-    staged: Staged | None = None,
 ) -> PlannedTransaction:
-    """Validate ``request`` and list its loads, numbered from ``first_ordinal``. ``staged``:
-    the rows of the batch's source transactions, by transaction and location (a request of any
-    other id cannot name them)."""
-    ctx = _Context(datasets, layout, base_dir, allowed_locations, exists, staged)
+    """Validate ``request`` and list its loads, numbered from ``first_ordinal``."""
+    ctx = _Context(datasets, layout, base_dir, allowed_locations, exists)
     ctx.dataset(request.dataset)
     loads: list[Load] = []
     for index, action in enumerate(request.actions):
@@ -491,3 +473,48 @@ def plan_transaction(
                 )
             )
     return PlannedTransaction(request, loads)
+
+
+def plan_staged(
+    transaction_id: str,
+    feed: Feed,
+    pieces: Sequence[Piece],
+    *,
+    first_ordinal: int,
+    datasets: Mapping[str, Dataset],
+    layout: Layout,
+) -> list[Load]:
+    """The loads of a change feed's source transaction or chunk (``core.feedevents``): one per
+    piece, numbered from ``first_ordinal`` — an UPSERT of its staged rows, or for a truncate a
+    MERGE of no rows (every stored row of the table deleted). The feed's tables were checked at
+    startup (``core.changefeed.feed_of``)."""
+    dataset = datasets[feed.dataset]
+    loads = []
+    for index, piece in enumerate(pieces):
+        target = dataset.schemas[piece.schema]
+        operation = Operation.MERGE if piece.truncate else Operation.UPSERT
+        events = Events(
+            piece.location,
+            piece.rows,
+            ColumnFormat.AS_SPECIFIED,
+            {**target.column_mapping, **column_mapping(feed)},
+            truncate=piece.truncate,
+            unavailable=piece.unavailable,
+        )
+        writes = layout.table(feed.dataset, target.name)
+        loads.append(
+            Load(
+                ordinal=first_ordinal + index,
+                transaction_id=transaction_id,
+                action_index=index,
+                operation=operation,
+                kind=_KIND[operation],
+                dataset=feed.dataset,
+                schema=target,
+                source=events,
+                scope=None,
+                writes=writes,
+                reads=frozenset({writes} if piece.truncate else ()),
+            )
+        )
+    return loads

@@ -292,7 +292,7 @@ def source_changes(
                 continue
             seen.add(seen_as)
             kind = column_type(field_schema) if fields else UNTYPED
-            where = event.record.where
+            where = event.where
             prop = by_loose.get(_loose(column))
             if prop is None:
                 if (schema.name, column) not in named:

@@ -10,7 +10,6 @@ short or foreign file is rejected without a Spark task failing on it). The per-r
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections import Counter, defaultdict
@@ -19,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 import pyarrow.parquet as pq
@@ -311,6 +310,7 @@ def load_wave(
     reader: Reader,
     *,
     held: list[DataFrame],
+    staged: StagedRows | None = None,
 ) -> Iterator[tuple[list[Loaded], dict[str, RejectedError]]]:
     """The change rows of a wave's loads read at the reader's versions and checked by one
     Spark job; the transactions whose data is wrong, each with the error of its first load
@@ -333,7 +333,7 @@ def load_wave(
         loaded = [Loaded(tuple(group.loads), group.frame) for group in groups]
         read = {load.ordinal for load in batched}
         rest = [load for load in loads if load.ordinal not in read and load.source is not None]
-        events, rest = _events_together(spark, rest, reader)
+        events, rest = _events_together(rest, reader, staged)
         loaded.extend(events)
         together, rest = _dms_together(spark, rest, reader)
         loaded.extend(together)
@@ -450,14 +450,23 @@ def _read_together(spark: SparkSession, group: Sequence[Load], reader: Reader) -
     return _changes_of(group[0], raw, reader, ordinal, transaction)
 
 
+class StagedRows(Protocol):
+    """A batch's change-feed rows staged by Spark (``runtime.feeds.FeedBatch``)."""
+
+    def columns(self, schema: str) -> list[str]:
+        """The staged rows' columns for a target schema."""
+        ...
+
+    def rows(self, schema: str, ordinals: Sequence[int]) -> DataFrame:
+        """``__ordinal``, ``__tx``, ``__row``, ``__json`` of the loads ``ordinals``."""
+        ...
+
+
 def _events_together(
-    spark: SparkSession, loads: Sequence[Load], reader: Reader
+    loads: Sequence[Load], reader: Reader, staged: StagedRows | None
 ) -> tuple[list[Loaded], list[Load]]:
-    """The change rows of a wave's change-feed loads (``Events``: rows staged on the driver),
-    one frame per target table: the rows cross to the JVM as JSON text, one per row, and are
-    parsed by ``from_json`` — a primitive column as text, which ``_changes_of`` casts to the
-    schema's type as it casts a file's column (a value that does not fit is a mistyped value,
-    as in a file), a nested one as the schema's type. Returns the frames and the other loads."""
+    """The change rows of a wave's change-feed loads (``Events``: rows staged by Spark), one
+    frame per target table and operation. Returns the frames and the other loads."""
     groups: dict[tuple[Any, ...], list[Load]] = defaultdict(list)
     rest: list[Load] = []
     for load in loads:
@@ -468,31 +477,31 @@ def _events_together(
             groups[key].append(load)
         else:
             rest.append(load)
-    return [Loaded(tuple(g), _events_frame(spark, g, reader)) for g in groups.values()], rest
+    if not groups:
+        return [], rest
+    assert staged is not None, "change-feed loads without the batch's staged rows"
+    return [Loaded(tuple(g), _events_frame(g, reader, staged)) for g in groups.values()], rest
 
 
-def _events_frame(spark: SparkSession, group: Sequence[Load], reader: Reader) -> DataFrame:
-    columns: dict[str, None] = {}
-    rows: list[tuple[int, str, int, str]] = []
-    for load in group:
-        assert isinstance(load.source, Events)
-        for index, row in enumerate(load.source.rows):
-            columns.update(dict.fromkeys(row))
-            rows.append((load.ordinal, load.transaction_id, index, json.dumps(row, default=str)))
-    if not rows:  # truncates: no rows, the columns a row would have
-        first = group[0].source
-        assert isinstance(first, Events)
-        columns.update(dict.fromkeys([first.column_mapping.get("id", "id"), "Op"]))
+def _events_frame(group: Sequence[Load], reader: Reader, staged: StagedRows) -> DataFrame:
+    """The staged rows of a group of loads, each row's JSON parsed by ``from_json``: a
+    primitive column as text, which ``_changes_of`` casts to the schema's type as it casts a
+    file's column (a value that does not fit is a mistyped value, as in a file), a nested one
+    as the schema's type."""
+    schema = group[0].schema
+    first = group[0].source
+    assert isinstance(first, Events)
+    columns = dict.fromkeys(staged.columns(schema.name))
+    # Truncates (no rows): the columns a row would have.
+    columns.update(dict.fromkeys([first.column_mapping.get("id", "id"), "Op"]))
     sources, _ = resolve_sources(group[0], list(columns))
     nested = {
         sources[f.name]: f.dataType
-        for f in spark_schema(group[0].schema).fields
+        for f in spark_schema(schema).fields
         if f.name in sources and isinstance(f.dataType, ArrayType | MapType | StructType)
     }
     shape = StructType([StructField(c, nested.get(c, StringType())) for c in columns])
-    frame = spark.createDataFrame(
-        rows, "__ordinal long, __tx string, __row long, __json string"
-    ).select(
+    frame = staged.rows(schema.name, [load.ordinal for load in group]).select(
         "__ordinal", "__tx", F.col("__row").alias(ROW), F.from_json("__json", shape).alias("__e")
     )
     raw = frame.select("__ordinal", "__tx", ROW, *[F.col("__e")[c].alias(c) for c in columns])

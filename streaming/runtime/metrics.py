@@ -175,12 +175,12 @@ class Metrics:
         self._last_batch = self._clock()
         self.last_batch.set(self._last_batch)
 
-    def waiting(self, feeds: Sequence[str], arrived: Mapping[str, Sequence[float]]) -> None:
-        """After a batch: per change feed, the arrival times (Unix) of the records that wait."""
-        for feed in feeds:
-            times = arrived.get(feed) or []
-            self.waiting_events.labels(feed=feed).set(len(times))
-            self.oldest_waiting.labels(feed=feed).set(min(times) if times else 0)
+    def waiting(self, waiting: Mapping[str, tuple[int, float | None]]) -> None:
+        """After a batch: per change feed, the records that wait and the oldest one's arrival
+        (Unix)."""
+        for feed, (count, oldest) in waiting.items():
+            self.waiting_events.labels(feed=feed).set(count)
+            self.oldest_waiting.labels(feed=feed).set(oldest or 0)
 
     def snapshots(self, feeds: Sequence[Feed], applied: Collection[str]) -> None:
         """Per Debezium change feed: whether its initial snapshot is applied (its name in

@@ -16,16 +16,17 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from typing import Literal
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from connectors.kafka_check import java_text
-from connectors.sources import change_records, passed_over_dms_files, to_raw_requests
+from connectors.sources import passed_over_dms_files, to_raw_requests
 from streaming.apply import records
 from streaming.apply.objects import TableResult, append_history, apply_to_object_table
 from streaming.core.batch import (
@@ -34,24 +35,13 @@ from streaming.core.batch import (
     Refused,
     Repeated,
     RequestDecoder,
-    SourcePosition,
     Verdict,
     decode_json_request,
     transaction_ids,
     triage,
 )
 from streaming.core.catalog import Dataset
-from streaming.core.changefeed import (
-    Decode,
-    Feed,
-    Received,
-    SourceTransaction,
-    assemble,
-    decode_changes_request,
-    ends_snapshot,
-    staged_at,
-    unavailable_kept,
-)
+from streaming.core.changefeed import Decode, Feed
 from streaming.core.config import StorageRetryConfig
 from streaming.core.errors import (
     CdcError,
@@ -68,6 +58,7 @@ from streaming.core.failures import (
     store_trouble,
 )
 from streaming.core.faults import crash_point
+from streaming.core.feedevents import Ready
 from streaming.core.fold import EFFECTS, Effect
 from streaming.core.layout import Layout, ObjectTable
 from streaming.core.outcomes import ActionOutcome, ErrorInfo, Outcome, Status
@@ -76,6 +67,7 @@ from streaming.core.requests import Operation
 from streaming.core.steps import segments, waves
 from streaming.inputs.loads import Loaded, changes_only, load_wave
 from streaming.inputs.reader import Reader
+from streaming.runtime.feeds import ChangeFeeds, FeedBatch
 from streaming.runtime.lease import Lease
 from streaming.runtime.metering import Cost, Meter
 from streaming.runtime.metrics import Metrics
@@ -83,7 +75,7 @@ from streaming.runtime.parallel import Sessions
 from streaming.runtime.sourcecolumns import SourceColumns
 from streaming.runtime.stopping import BatchGate, StopRequested
 from streaming.runtime.upkeep import Upkeep
-from streaming.storage import ledger, pending, system
+from streaming.storage import ledger, system
 from streaming.storage.commits import BatchCommit
 from streaming.storage.tables import read_table
 from streaming.storage.timeline import Timeline
@@ -130,8 +122,8 @@ class Sink:
     """Table upkeep after each batch (``upkeep:``; ``runtime.upkeep``); None: none."""
     storage_retry: StorageRetryConfig = field(default_factory=StorageRetryConfig)
     """How a batch failed by a store's trouble is retried (``storage_retry:``)."""
-    waiting: pending.Waiting = field(default_factory=pending.Waiting, init=False)
-    """The change feeds' records that wait, held between batches (``storage.pending``)."""
+    changes: ChangeFeeds | None = field(default=None, init=False)
+    """The change feeds' share of each batch (``runtime.feeds``); None without feeds."""
     sessions: Sessions = field(init=False)
     columns: SourceColumns = field(init=False)
     """The change feeds' new source columns (``schema_changes``; ``runtime.sourcecolumns``)."""
@@ -151,6 +143,8 @@ class Sink:
     """The last batch this sink ran to its end (``replay_possible``)."""
     _touched: set[str] = field(default_factory=set, init=False)
     """The tables the last batch may have written (upkeep looks at them)."""
+    _feed_batch: FeedBatch | None = field(default=None, init=False)
+    """The running batch's change feeds (their staged rows are read by its waves)."""
     _held: list[DataFrame] = field(default_factory=list, init=False)
     """The batch's cached change rows (``loads.load_wave``), unpersisted when it ends: history
     is appended after every wave, and a first load's is computed from them."""
@@ -158,6 +152,9 @@ class Sink:
     def __post_init__(self) -> None:
         self.sessions = Sessions(self.spark, self.writers)
         self.columns = SourceColumns(self.spark, self.layout)
+        if self.feeds:
+            assert self.decode_change is not None
+            self.changes = ChangeFeeds(self.spark, self.feeds, self.decode_change, self.layout)
         if self.upkeep is not None:
             self.upkeep.moved = self._upkept
             self.upkeep.reraise = lambda e: _interruption(e) is not None
@@ -220,14 +217,13 @@ class Sink:
                 message = f"{message}; interrupted by the stop: {interrupted}"
             raise LeaseLost(message) from None
 
-    def _run_retrying(
-        self, df: DataFrame, batch_id: int
-    ) -> tuple[list[RawRequest], list[Received]]:
+    def _run_retrying(self, df: DataFrame, batch_id: int) -> tuple[list[RawRequest], bool]:
         """Read the batch's records and process them; a batch failed by a store's trouble
         (``core.failures.store_trouble``: not its data's fault) is run again from its records,
         as its replay after a restart would run it, after a wait that doubles each time
         (``storage_retry``), one line logged per retry. After the last attempt the batch fails
-        with ``STORAGE_UNAVAILABLE``. Returns the batch's requests and change records."""
+        with ``STORAGE_UNAVAILABLE``. Returns the batch's requests and whether it had change
+        records."""
         policy = self.storage_retry
         first = time.monotonic()
         for attempt in range(1, policy.attempts + 1):
@@ -256,19 +252,21 @@ class Sink:
                 time.sleep(delay)
         raise AssertionError("unreachable")
 
-    def _run(
-        self, df: DataFrame, batch_id: int, *, replay: bool
-    ) -> tuple[list[RawRequest], list[Received]]:
-        """One attempt of the batch: its records read (``df``, again on a retry) and processed."""
-        rows = df.collect()
+    def _run(self, df: DataFrame, batch_id: int, *, replay: bool) -> tuple[list[RawRequest], bool]:
+        """One attempt of the batch: its records read (``df``, again on a retry) and processed.
+        Requests are collected; a change feed's records stay in Spark (``runtime.feeds``)."""
+        kind = F.col("kind")
+        rows = (df.where(kind != "changes") if self.feeds else df).collect()
         if self.dms_zone:  # a file of 0 bytes has no row: it gets one, and an outcome
             query = self.layout.query_name
             rows += passed_over_dms_files(self.spark, query, batch_id, rows, self.dms_zone)
         raws = to_raw_requests(rows, self.dms_zone)
-        changes = change_records(rows, self.clock()) if self.feeds else []
-        if raws or changes:
+        changes = df.where(kind == "changes") if self.feeds else None
+        if changes is not None and changes.isEmpty():
+            changes = None
+        if raws or changes is not None:
             self.process(raws, batch_id, changes, replay=replay)
-        return raws, changes
+        return raws, changes is not None
 
     def _forget(self) -> None:
         """Drop what the sink holds on the driver between batches (the ledger's ids, the
@@ -278,40 +276,58 @@ class Sink:
         self._release()
         self.committed_ids = ledger.HeldIds(max_bytes=self.committed_ids.max_bytes)
         self.deleted = DeletedKeys(max_bytes=self.deleted.max_bytes)
-        self.waiting = pending.Waiting()
+        if self.changes is not None:
+            self.changes.forget()
 
     def process(
         self,
         raws: Sequence[RawRequest],
         batch_id: int,
-        changes: Sequence[Received] = (),
+        changes: DataFrame | None = None,
         *,
         replay: bool = False,
     ) -> list[Outcome]:
-        """Apply a batch's requests and change records; ``replay``: it may have run (in part)
-        before in this process (a retried attempt), as it may after any restart."""
+        """Apply a batch's requests and change records (``kind, name, partition, offset,
+        mtime, key, payload`` of the change feeds' topics); ``replay``: it may have run (in
+        part) before in this process (a retried attempt), as it may after any restart."""
         started = time.monotonic()
         # Only a batch that follows the one this sink finished cannot have run before.
         replay_possible = replay or self._finished is None or batch_id != self._finished + 1
         clock = self.clock
-        feeds: _FeedBatch | None = None
-        if self.feeds:
-            # The batch's time first (a replay's is its first run's): a transaction given up
-            # after ``max_wait`` is given up by the replay too.
-            at = Timeline.open(
-                self.spark,
-                self.query_key,
-                batch_id,
-                [self.layout.pending, self.layout.ledger],
-                self.clock,
-                replay_possible=replay_possible,
-            ).at
-            clock = partial(_fixed, at)
-            feeds = self._assemble(changes, batch_id, at, replay_possible=replay_possible)
-            raws = [*raws, *feeds.raws]
-        verdicts = self._triage(raws, batch_id)
+        feeds: FeedBatch | None = None
+        try:
+            if self.changes is not None:
+                # The batch's time first (a replay's is its first run's): a transaction given
+                # up after ``max_wait`` is given up by the replay too.
+                at = Timeline.open(
+                    self.spark,
+                    self.query_key,
+                    batch_id,
+                    [self.layout.pending, self.layout.ledger],
+                    self.clock,
+                    replay_possible=replay_possible,
+                ).at
+                clock = partial(_fixed, at)
+                feeds = self._open_feeds(changes, batch_id, at, replay_possible=replay_possible)
+                self._feed_batch = feeds
+            return self._process(raws, batch_id, feeds, clock, started, replay_possible)
+        finally:
+            self._feed_batch = None
+            if feeds is not None:
+                feeds.release()
+
+    def _process(
+        self,
+        raws: Sequence[RawRequest],
+        batch_id: int,
+        feeds: FeedBatch | None,
+        clock: Callable[[], datetime],
+        started: float,
+        replay_possible: bool,
+    ) -> list[Outcome]:
+        verdicts = self._triage(raws, batch_id, feeds)
         admitted = [v for v in verdicts if isinstance(v, Admitted)]
-        planned, rejected = self._plan(admitted, feeds.staged if feeds else None)
+        planned, rejected = self._plan(admitted, feeds)
         tables = {p for plan in planned for load in plan.loads for p in self._written(load)}
         timeline = Timeline.open(
             self.spark,
@@ -341,62 +357,36 @@ class Sink:
         finally:
             self._release()
         if feeds is not None:
-            self.waiting.finished(feeds.after, feeds.snapshots[1])
+            assert self.changes is not None
+            self.changes.finished(feeds)
             self._snapshots_applied(feeds, batch_id)
             if self.metrics is not None:
-                arrived = {
-                    name: [r.received_at.timestamp() for r in records]
-                    for name, records in feeds.after.items()
-                }
-                self.metrics.waiting([feed.name for feed in self.feeds], arrived)
+                self.metrics.waiting(feeds.waiting())
         self._progress(batch_id, outcomes, applied, time.monotonic() - started, meter.stop())
         self._finished = batch_id
         return outcomes
 
-    def _assemble(
-        self, changes: Sequence[Received], batch_id: int, at: datetime, *, replay_possible: bool
-    ) -> _FeedBatch:
-        """The change feeds' records (this batch's and those waiting) → the requests of the
-        source transactions ready to apply, their staged rows, and what waits now."""
-        assert self.decode_change is not None
-        before = self.waiting.read(
-            self.spark,
-            self.layout.pending,
-            self.query_key,
+    def _open_feeds(
+        self, changes: DataFrame | None, batch_id: int, at: datetime, *, replay_possible: bool
+    ) -> FeedBatch:
+        """The change feeds' records (this batch's and those waiting) decoded and decided
+        (``runtime.feeds``); the feeds' new source columns followed, by each feed's policy,
+        before anything of the batch is applied."""
+        assert self.changes is not None
+        feeds = self.changes.open(
+            changes,
             batch_id,
+            at,
+            query=self.query_key,
             replay_possible=replay_possible,
+            committed=self._ledger_holds,
         )
-        by_topic = {topic: feed for feed in self.feeds for topic in feed.all_topics}
-        new: dict[str, list[Received]] = defaultdict(list)
-        for record in changes:
-            feed = by_topic.get(record.topic)
-            if feed is not None:  # stamped with the batch's time: the same on a replay
-                new[feed.name].append(replace(record, received_at=at))
-        raws: list[RawRequest] = []
-        staged: dict[str, SourceTransaction] = {}
-        after: dict[str, list[Received]] = {}
-        snapshots = dict(self.waiting.snapshots)  # as ``before`` has them
-        for index, feed in enumerate(self.feeds):
-            records = [*before.get(feed.name, []), *new.get(feed.name, [])]
-            if not records:
-                continue
-            assembly = assemble(feed, records, self.decode_change, at, self._ledger_holds)
-            # New source columns, by the feed's policy, before anything of the batch is applied.
-            self.datasets = self.columns.follow(feed, self.datasets, assembly.ready, batch_id)
-            if feed.name not in snapshots and ends_snapshot(
-                feed, assembly.ready, self.decode_change
-            ):
-                snapshots[feed.name] = batch_id
-            if assembly.waiting:
-                after[feed.name] = assembly.waiting
-            for place, item in enumerate(assembly.ready):
-                anchor = item.anchor or item.records[0]
-                position = SourcePosition("changes", anchor.where, index, place)
-                raws.append(RawRequest(position, item.payload(), anchor.received_at))
-                staged[item.transaction_id] = item
-        return _FeedBatch(raws, staged, before, after, (dict(self.waiting.snapshots), snapshots))
+        for feed in self.feeds:
+            shapes = feeds.shapes.get(feed.name, [])
+            self.datasets = self.columns.follow(feed, self.datasets, shapes, batch_id)
+        return feeds
 
-    def _snapshots_applied(self, feeds: _FeedBatch, batch_id: int) -> None:
+    def _snapshots_applied(self, feeds: FeedBatch, batch_id: int) -> None:
         """Say (one line each) which feeds' initial snapshots this batch applied the end of, with
         the rows their tables hold now; set ``cdc_change_feed_snapshot_complete``."""
         before, after = feeds.snapshots
@@ -421,11 +411,6 @@ class Sink:
         """Which of ``ids`` the ledger holds (a source transaction a connector sent again)."""
         return ledger.committed(self.spark, self.layout.ledger, ids, self.committed_ids).keys()
 
-    def _decode(self, raw: RawRequest) -> object:
-        if raw.position.kind == "changes":
-            return decode_changes_request(raw.payload)
-        return self.decode(raw)
-
     def _fence(self) -> None:
         """Before a commit: stop (``LeaseLost``) if another runner took the checkpoint."""
         if self.lease is not None:
@@ -440,37 +425,57 @@ class Sink:
         return f"{name}@{self.run_id}" if self.run_id else name
 
     # -- steps ----------------------------------------------------------------------------
-    def _triage(self, raws: Sequence[RawRequest], batch_id: int) -> list[Verdict]:
-        ids = transaction_ids(raws, self._decode)
-        known = ledger.committed(self.spark, self.layout.ledger, ids, self.committed_ids)
-        return triage(raws, known, batch_id, self._decode, self.query_key)
+    def _triage(
+        self, raws: Sequence[RawRequest], batch_id: int, feeds: FeedBatch | None
+    ) -> list[Verdict]:
+        """The batch's requests parsed and sorted (``core.batch.triage``), then the change
+        feeds' ready items (``FeedBatch.verdicts``): their ids looked up in the ledger at once."""
+        ids = transaction_ids(raws, self.decode)
+        items = [item.transaction_id for _, item in feeds.ready()] if feeds else []
+        known = ledger.committed(self.spark, self.layout.ledger, [*ids, *items], self.committed_ids)
+        verdicts = triage(raws, known, batch_id, self.decode, self.query_key)
+        if feeds is not None:
+            verdicts += feeds.verdicts(known, batch_id, self.query_key)
+        return verdicts
 
     def _plan(
-        self,
-        admitted: Sequence[Admitted],
-        staged: Mapping[str, SourceTransaction] | None = None,
+        self, admitted: Sequence[Admitted], feeds: FeedBatch | None = None
     ) -> tuple[list[PlannedTransaction], dict[str, RejectedError]]:
+        """The admitted requests' loads, numbered in the batch's order; a change feed's items
+        are planned from their staged counts (``FeedBatch.plan``), and their staged rows
+        numbered by those loads (``FeedBatch.stage``)."""
         planned: list[PlannedTransaction] = []
         rejected: dict[str, RejectedError] = {}
         ordinal = 0
         exists = _path_kind(self.spark)
-        for item in admitted:
+        items = {item.transaction_id: item for _, item in feeds.ready()} if feeds else {}
+        staged: list[tuple[Ready, list[Load]]] = []
+        for verdict in admitted:
+            tid = verdict.request.transaction_id
             try:
-                plan = plan_transaction(
-                    item.request,
-                    first_ordinal=ordinal,
-                    datasets=self.datasets,
-                    layout=self.layout,
-                    base_dir=self.base_dir,
-                    allowed_locations=self.allowed_locations,
-                    exists=exists,
-                    staged=partial(_staged_rows, staged) if staged else None,
-                )
+                if verdict.raw.position.kind == "changes":
+                    assert feeds is not None
+                    item = items[tid]
+                    loads = feeds.plan(item, ordinal, self.datasets, self.layout)
+                    plan = PlannedTransaction(verdict.request, loads)
+                    staged.append((item, loads))
+                else:
+                    plan = plan_transaction(
+                        verdict.request,
+                        first_ordinal=ordinal,
+                        datasets=self.datasets,
+                        layout=self.layout,
+                        base_dir=self.base_dir,
+                        allowed_locations=self.allowed_locations,
+                        exists=exists,
+                    )
             except RejectedError as e:
-                rejected[item.request.transaction_id] = e
+                rejected[tid] = e
                 continue
             ordinal += len(plan.loads)
             planned.append(plan)
+        if feeds is not None:
+            feeds.stage(staged)
         return planned, rejected
 
     def _written(self, load: Load) -> list[str]:
@@ -510,7 +515,9 @@ class Sink:
         """Change rows of ``loads`` read at the timeline's versions, checked by one Spark job,
         cached until the batch ends (``_held``); the transactions whose data is wrong, with
         their error."""
-        return load_wave(self.spark, loads, self._reader(timeline), held=self._held)
+        return load_wave(
+            self.spark, loads, self._reader(timeline), held=self._held, staged=self._feed_batch
+        )
 
     def _release(self, start: int = 0) -> None:
         """Unpersist the batch's cached change rows from the ``start``-th on."""
@@ -718,21 +725,25 @@ class Sink:
         rejected: Mapping[str, RejectedError],
         history: Sequence[tuple[TableResult, ObjectTable, BatchCommit]],
         commit: BatchCommit,
-        feeds: _FeedBatch | None = None,
+        feeds: FeedBatch | None = None,
     ) -> None:
-        """The batch's appends, side by side: history, ledger and quarantine; then the outcomes
-        table, then the outcomes topic. Each is made once per batch (``tables.append``), so a
-        batch that dies between them is finished by its replay."""
+        """The batch's appends, side by side: history, ledger and quarantine (a change feed's
+        rejected items with their records, ``FeedBatch.quarantine``), the waiting change
+        records; then the outcomes table, then the outcomes topic. Each is made once per batch
+        (``tables.append``), so a batch that dies between them is finished by its replay."""
         hashes = [v.content_hash if isinstance(v, Admitted) else "" for v in verdicts]
+        items = {item.transaction_id: item for _, item in feeds.ready()} if feeds else {}
         bad: list[tuple[RawRequest, str | None, CdcError]] = []
+        bad_items: list[tuple[Ready, RawRequest, RejectedError]] = []
         for verdict, outcome in zip(verdicts, outcomes, strict=True):
             if outcome.status is Status.REJECTED and outcome.error is not None:
                 error = RejectedError(outcome.error.message, code=outcome.error.code)
                 raw = verdict.raw
-                source = feeds.staged.get(outcome.transaction_id or "") if feeds else None
-                if raw.position.kind == "changes" and source is not None:
-                    raw = replace(raw, payload=source.quarantined())  # the records themselves
-                bad.append((raw, outcome.transaction_id, error))
+                if raw.position.kind == "changes":  # kept with its records
+                    bad_items.append((items[outcome.transaction_id or ""], raw, error))
+                else:
+                    bad.append((raw, outcome.transaction_id, error))
+        kept = feeds.quarantine(bad_items, commit.batch_id) if feeds else None
         writes: list[Callable[[SparkSession], None]] = [
             *(partial(_history, item=item) for item in history),
             partial(
@@ -742,20 +753,16 @@ class Sink:
                 commit=commit,
                 held=self.committed_ids,
             ),
-            partial(system.quarantine, path=self.layout.quarantine, items=bad, commit=commit),
+            partial(
+                system.quarantine,
+                path=self.layout.quarantine,
+                items=bad,
+                commit=commit,
+                more=kept,
+            ),
         ]
         if feeds is not None:
-            path = self.layout.pending
-            writes.append(
-                partial(
-                    pending.write,
-                    path=path,
-                    before=feeds.before,
-                    after=feeds.after,
-                    commit=commit,
-                    snapshots=feeds.snapshots,
-                )
-            )
+            writes.append(partial(_pending, feeds=feeds, path=self.layout.pending, commit=commit))
         self.sessions.map(_call, writes)
         crash_point("after_ledger")
         self._fence()
@@ -816,33 +823,6 @@ class Sink:
         )
 
 
-@dataclass(frozen=True)
-class _FeedBatch:
-    """A batch's change feeds: the requests of its ready source transactions, the
-    transactions by id (their rows, ``_staged_rows``), and the records waiting before and
-    after it (``storage.pending``)."""
-
-    raws: list[RawRequest]
-    staged: dict[str, SourceTransaction]
-    before: dict[str, list[Received]]
-    after: dict[str, list[Received]]
-    snapshots: tuple[dict[str, int], dict[str, int]]
-    """Feed → the batch that applied its initial snapshot, before and after this one."""
-
-
-def _staged_rows(
-    staged: Mapping[str, SourceTransaction], transaction_id: str, uri: str
-) -> list[dict[str, object]] | None:
-    """The rows a source transaction's action names (``core.plan.Staged``); a transaction that
-    cannot be applied (incomplete, unreadable, a truncate) is rejected with its error here."""
-    item = staged.get(transaction_id)
-    if item is None or staged_at(uri) != transaction_id:
-        return None
-    if item.error is not None:
-        raise item.error
-    return item.rows(uri)
-
-
 def _fixed(at: datetime) -> datetime:
     return at
 
@@ -898,6 +878,10 @@ def _call(spark: SparkSession, write: Callable[[SparkSession], None]) -> None:
     write(spark)
 
 
+def _pending(_: SparkSession, feeds: FeedBatch, path: str, commit: BatchCommit) -> None:
+    feeds.write_pending(path, commit)
+
+
 def _history(_: SparkSession, item: tuple[TableResult, ObjectTable, BatchCommit]) -> None:
     append_history(*item)
 
@@ -921,7 +905,7 @@ def _committed(
                 index=load.action_index,
                 operation="TRUNCATE" if events and events.truncate else load.operation.value,
                 target=load.schema.name,
-                unavailable=unavailable_kept(events.rows) if events else 0,
+                unavailable=events.unavailable if events else 0,
                 **counts,
             )
         )

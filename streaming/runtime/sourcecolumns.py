@@ -6,11 +6,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark.sql import SparkSession
 
 from streaming.core.catalog import Dataset
-from streaming.core.changefeed import Feed, SourceTransaction
+from streaming.core.changefeed import Feed
 from streaming.core.layout import Layout
 from streaming.core.sourceschema import (
     definition_text,
@@ -36,10 +37,12 @@ class SourceColumns:
         self,
         feed: Feed,
         datasets: Mapping[str, Dataset],
-        ready: Sequence[SourceTransaction],
+        events: Sequence[Any],
         batch_id: int,
     ) -> Mapping[str, Dataset]:
-        """The definitions the feed's ``ready`` transactions apply with: ``datasets``, and with
+        """The definitions the feed's ready transactions apply with — ``events``: the shapes
+        their events came in (``table``, ``row``, ``fields``, ``where``, in the order they
+        apply; ``runtime.feeds.Shape``) — ``datasets``, and with
         ``schema_changes: evolve`` the new columns as properties (their columns added to the
         tables). Raises ``SOURCE_TYPE_CHANGED`` for a column whose type no longer fits, and with
         ``fail`` ``SOURCE_SCHEMA_CHANGED`` for a new column: the batch stops before it applies
@@ -47,7 +50,6 @@ class SourceColumns:
         dataset = datasets.get(feed.dataset)
         if dataset is None:
             return datasets
-        events = [e for item in ready if item.error is None for e in item.events]
         changes = source_changes(feed.name, dataset, feed.tables, events)
         if changes.conflicts:
             raise type_changed(changes.conflicts)

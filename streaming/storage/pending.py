@@ -16,12 +16,12 @@ did (``Waiting.snapshots``, ``applied_snapshots``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-from streaming.core.changefeed import Received, utc
 from streaming.storage.commits import BatchCommit, batch_commits, overwrite
 from streaming.storage.log import latest_version
 from streaming.storage.schemas import PENDING_SCHEMA
@@ -33,55 +33,42 @@ SNAPSHOT_MARK = ""
 
 @dataclass
 class Waiting:
-    """The waiting records per feed, as the last batch this process finished left them."""
+    """What the last batch this process finished left waiting: how many records (the records
+    stay in the table) and which feeds' snapshots are applied."""
 
-    records: dict[str, list[Received]] | None = None
+    count: int | None = None
+    """Records waiting after the last batch this process finished; None: not known (read)."""
     snapshots: dict[str, int] = field(default_factory=dict)
     """Feed → the batch that applied the last record of its initial snapshot, as of the
     records read or finished (``SNAPSHOT_MARK``)."""
 
     def read(
         self, spark: SparkSession, path: str, query: str, batch_id: int, *, replay_possible: bool
-    ) -> dict[str, list[Received]]:
-        """The waiting records this batch starts from."""
-        if self.records is not None and not replay_possible:
-            return self.records
+    ) -> DataFrame | None:
+        """The waiting records this batch starts from (``PENDING_SCHEMA``), None when none
+        wait: read from the table at the version the previous batch left (not one this batch
+        wrote, if it is a replay)."""
+        if self.count == 0 and not replay_possible:
+            return None
         version = latest_version(spark, path)
         if replay_possible:
             own = batch_commits(spark, path, query, batch_id)
             if own:
                 version = min(v for v, _ in own.values()) - 1
-        found: dict[str, list[Received]] = {}
-        snapshots: dict[str, int] = {}
-        for row in read_table(spark, path, version).collect():
-            if row["topic"] == SNAPSHOT_MARK:
-                snapshots[row["feed"]] = row["offset"]
-                continue
-            found.setdefault(row["feed"], []).append(
-                Received(
-                    row["topic"],
-                    row["partition"],
-                    row["offset"],
-                    None if row["key"] is None else bytes(row["key"]),
-                    None if row["value"] is None else bytes(row["value"]),
-                    utc(row["timestamp"]),
-                    utc(row["received_at"]),
-                )
-            )
-        self.snapshots = snapshots
-        return found
+        table = read_table(spark, path, version)
+        marks = table.where(F.col("topic") == SNAPSHOT_MARK).select("feed", "offset").collect()
+        self.snapshots = {row["feed"]: row["offset"] for row in marks}
+        records = table.where(F.col("topic") != SNAPSHOT_MARK)
+        if self.count is None:
+            self.count = records.count()
+        return records if self.count else None
 
-    def finished(
-        self, records: dict[str, list[Received]], snapshots: Mapping[str, int] | None = None
-    ) -> None:
-        """The batch that wrote ``records`` (and ``snapshots``: as before when None) ended: the
-        next one starts from them."""
-        self.records = records
+    def finished(self, count: int, snapshots: Mapping[str, int] | None = None) -> None:
+        """The batch that left ``count`` records waiting (and ``snapshots``: as before when
+        None) ended: the next one starts from them."""
+        self.count = count
         if snapshots is not None:
             self.snapshots = dict(snapshots)
-
-    def forget(self) -> None:
-        self.records = None
 
 
 def applied_snapshots(spark: SparkSession, path: str) -> dict[str, int]:
@@ -94,31 +81,22 @@ def applied_snapshots(spark: SparkSession, path: str) -> dict[str, int]:
 def write(
     spark: SparkSession,
     path: str,
-    before: dict[str, list[Received]],
-    after: dict[str, list[Received]],
+    records: DataFrame | None,
     commit: BatchCommit,
-    snapshots: tuple[Mapping[str, int], Mapping[str, int]] = ({}, {}),
+    snapshots: Mapping[str, int] | None = None,
 ) -> None:
-    """Replace the waiting set when the batch changed it (nothing waited and nothing waits: no
-    commit). ``snapshots``: the feeds whose initial snapshot is applied, before and after the
-    batch (``SNAPSHOT_MARK``)."""
-    if _keys(before) == _keys(after) and snapshots[0] == snapshots[1]:
-        return
-    rows = [
-        (feed, r.topic, r.partition, r.offset, r.key, r.value, r.timestamp, r.received_at)
-        for feed, records in sorted(after.items())
-        for r in records
-    ]
-    rows += [
-        (feed, SNAPSHOT_MARK, -1, batch, None, None, commit.at, commit.at)
-        for feed, batch in sorted(snapshots[1].items())
-    ]
-    overwrite(spark.createDataFrame(rows, PENDING_SCHEMA).coalesce(1), path, commit)
-
-
-def _keys(records: dict[str, list[Received]]) -> set[tuple[str, str, int, int]]:
-    return {(f, r.topic, r.partition, r.offset) for f, rs in records.items() for r in rs}
-
-
-def count(records: dict[str, Sequence[Received]]) -> int:
-    return sum(len(rs) for rs in records.values())
+    """Replace the waiting set with ``records`` (``PENDING_SCHEMA``'s columns; None: none)
+    and one row per feed whose initial snapshot is applied (``snapshots``)."""
+    session = records.sparkSession if records is not None else spark
+    marks = session.createDataFrame(
+        [
+            (feed, SNAPSHOT_MARK, -1, batch, None, None, commit.at, commit.at)
+            for feed, batch in sorted((snapshots or {}).items())
+        ],
+        PENDING_SCHEMA,
+    )
+    rows = marks
+    if records is not None:
+        columns = [F.col(f.name).cast(f.dataType) for f in PENDING_SCHEMA.fields]
+        rows = records.select(*columns).unionByName(marks)
+    overwrite(rows.coalesce(1), path, commit)

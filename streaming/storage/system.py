@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from streaming.core.batch import RawRequest
 from streaming.core.errors import CdcError
@@ -39,8 +39,10 @@ def quarantine(
     path: str,
     items: Sequence[tuple[RawRequest, str | None, CdcError]],
     commit: BatchCommit,
+    more: DataFrame | None = None,
 ) -> None:
-    """Keep the raw bytes of rejected requests, with why and where they came from."""
+    """Keep the raw bytes of rejected requests, with why and where they came from; ``more``:
+    rows of ``QUARANTINE_SCHEMA`` built by Spark (a change feed's, ``runtime.feeds``)."""
     rows = [
         (
             tid,
@@ -53,5 +55,9 @@ def quarantine(
         )
         for raw, tid, error in items
     ]
-    if rows:
-        append(spark.createDataFrame(rows, QUARANTINE_SCHEMA), path, commit)
+    session = more.sparkSession if more is not None else spark
+    frame = session.createDataFrame(rows, QUARANTINE_SCHEMA) if rows else None
+    if more is not None:
+        frame = more if frame is None else frame.unionByName(more)
+    if frame is not None:
+        append(frame, path, commit)

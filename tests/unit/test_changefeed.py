@@ -41,7 +41,7 @@ from streaming.core.changefeed import (
 from streaming.core.config import ChangeFeedConfig
 from streaming.core.errors import ConfigError, RejectedError
 from streaming.core.layout import Layout
-from streaming.core.plan import Events, plan_transaction
+from streaming.core.plan import plan_transaction
 from tests.support.debezium import T0, Topics, feed, wrap
 
 CUST, ORD = "public.customers", "public.orders"
@@ -478,35 +478,15 @@ shop.Order:
 """
 
 
-def test_a_source_transaction_is_a_request_planned_from_its_staged_rows(tmp_path: Path) -> None:
+def test_a_source_transactions_request_and_quarantined_records(tmp_path: Path) -> None:
     topics = Topics()
     topics.transaction("tx1", [(CUST, "c", {"id": 1, "name": "Ann"}), (ORD, "c", {"id": 10})])
     tx = assemble(feed(), topics.take(), decode_json_value, T0).ready[0]
-    raw = RawRequest(SourcePosition("changes", "x", 0, 0), tx.payload(), T0)
-    value = decode_changes_request(raw.payload)
+    value = decode_changes_request(tx.payload())
     assert "sourceEvents" not in value
+    assert [a["target"] for a in value["actions"]] == ["shop.Customer", "shop.Order"]
     kept = json.loads(tx.quarantined())["sourceEvents"]
     assert [(e["topic"], e["offset"]) for e in kept] == [(r.topic, r.offset) for r in tx.records]
-    (verdict,) = triage([raw], {}, 0, lambda r: decode_changes_request(r.payload))
-    datasets = {"shop": parse_dataset("shop", yaml.safe_load(SHOP))}
-
-    def staged(tid: str, uri: str):
-        return tx.rows(uri) if tid == tx.transaction_id else None
-
-    plan = plan_transaction(
-        verdict.request,
-        first_ordinal=0,
-        datasets=datasets,
-        layout=Layout(str(tmp_path), "c"),
-        base_dir=str(tmp_path),
-        allowed_locations=[],
-        exists=lambda p: None,
-        staged=staged,
-    )
-    sources = [load.source for load in plan.loads]
-    assert all(isinstance(s, Events) for s in sources)
-    assert sources[0].rows[0]["name"] == "Ann" and POSITION_COLUMN in sources[0].rows[0]
-    assert sources[0].column_mapping["sourcePosition"] == POSITION_COLUMN
 
 
 def test_a_request_cannot_name_staged_rows_of_another_transaction(tmp_path: Path) -> None:
@@ -535,7 +515,6 @@ def test_a_request_cannot_name_staged_rows_of_another_transaction(tmp_path: Path
             base_dir=str(tmp_path),
             allowed_locations=[],
             exists=lambda p: None,
-            staged=lambda tid, uri: None,
         )
     assert e.value.code == "UNSUPPORTED_SCHEME"
 
