@@ -133,12 +133,19 @@ class Profiler:
     def __enter__(self) -> Profiler:
         from streaming.apply import objects as apply
         from streaming.inputs import loads
-        from streaming.runtime import sink
+        from streaming.runtime import feeds, sink
         from streaming.storage import ledger, system, timeline
 
         sink_cls = sink.Sink
         self.wrap(sink_cls, "__call__", "sink (foreachBatch)")
-        self.wrap(sink_cls, "_assemble", "change feeds: waiting records + assemble")
+        self.wrap(sink_cls, "_open_feeds", "change feeds: decode, summarise, decide, stage")
+        self.wrap(feeds, "_summaries", "change feeds: summaries (decode: 3 jobs)")
+        self.wrap(feeds, "decide", "change feeds: decide (driver)")
+        self.wrap(feeds, "_choose", "change feeds: staged events, counts, shapes")
+        self.wrap(feeds.FeedBatch, "verdicts", "change feeds: verdicts")
+        self.wrap(feeds.FeedBatch, "stage", "change feeds: number the staged rows")
+        self.wrap(feeds.FeedBatch, "quarantine", "change feeds: quarantine rows")
+        self.wrap(feeds.FeedBatch, "write_pending", "change feeds: pending write")
         self.wrap(sink_cls, "_triage", "triage: parse + ledger lookup")
         self.wrap(sink_cls, "_plan", "plan + validate")
         self.wrap(timeline.Timeline, "open", "timeline: versions of the tables")

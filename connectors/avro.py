@@ -410,3 +410,25 @@ class AvroRequestDecoder:
         if raw.position.kind == "kafka":
             return self.codec.decode_request(raw.payload)
         return decode_json(raw.payload)
+
+
+class ChangeDecoder:
+    """A change feed's key and value decoder (``AvroCodec.decode_change``) the executors can
+    carry: what crosses to them is the Kafka config; each Python worker makes its own codec
+    (its own registry client and cache) at its first record."""
+
+    def __init__(self, cfg: KafkaConfig, codec: AvroCodec | None = None) -> None:
+        self.cfg = cfg
+        self._codec = codec
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"cfg": self.cfg}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.cfg = state["cfg"]
+        self._codec = None
+
+    def __call__(self, payload: bytes) -> Any:
+        if self._codec is None:
+            self._codec = AvroCodec.create(self.cfg)
+        return self._codec.decode_change(payload)

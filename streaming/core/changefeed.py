@@ -732,6 +732,7 @@ def assemble(
             transactions.append(_transaction(feed, tx, records, found, ends[tx], why))
             continue
         held = True  # a later commit waits for this one
+
     def first_place(tx: str) -> tuple[datetime, tuple[str, int, int]]:
         return first_seen(tx), min(r.sort_key() for r in records_of[tx])
 

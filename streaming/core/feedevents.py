@@ -37,7 +37,7 @@ from streaming.core.changefeed import (
     read_dms,
 )
 from streaming.core.errors import RejectedError
-from streaming.core.fold import FLAGS
+from streaming.core.fold import FLAGS, MISSING
 
 Kind = Literal["bad", "skip", "begin", "end", "data", "loose"]
 """What a decoded record is: unreadable, nothing to apply (a Kafka tombstone, a DMS control
@@ -91,7 +91,7 @@ def staged_row(event: DataEvent) -> dict[str, Any]:
     row[KEY_COLUMN] = event.key
     row[POSITION_COLUMN] = event.position
     for column in event.unavailable:  # the stored value stays (``core.fold.MISSING``)
-        row[f"{FLAGS}{column}"] = "MISSING"
+        row[f"{FLAGS}{column}"] = MISSING
     return row
 
 

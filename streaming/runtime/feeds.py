@@ -118,7 +118,12 @@ class FeedBatch:
     _staged: DataFrame | None = None
     _ordinals: dict[str, list[int]] = field(default_factory=dict)
     """Target schema → the ordinals of its loads."""
+    shapes: dict[str, list[Shape]] = field(default_factory=dict)
+    """Feed → its staged events' shapes (``Shape``), for ``runtime.sourcecolumns``."""
+    _columns: dict[str, list[str]] = field(default_factory=dict)
+    """Target schema → its staged rows' columns."""
     _cached: list[DataFrame] = field(default_factory=list)
+    _pieces: dict[tuple[str, str], list[Piece]] = field(default_factory=dict)
 
     # -- what the sink asks ------------------------------------------------------------------
     def ready(self) -> list[tuple[int, Ready]]:
@@ -130,7 +135,12 @@ class FeedBatch:
         ]
 
     def pieces(self, item: Ready) -> list[Piece]:
-        return parts_of(item, self.counts.get((item.feed.name, item.item), []))
+        """The actions of a ready item (``feedevents.parts_of`` over its staged counts)."""
+        key = (item.feed.name, item.item)
+        found = self._pieces.get(key)
+        if found is None:
+            found = self._pieces[key] = parts_of(item, self.counts.get(key, []))
+        return found
 
     def verdicts(self, known: Mapping[str, Committed], batch_id: int, query: str) -> list[Verdict]:
         """The ready items as the batch's requests: new (admitted, to plan) or a source
@@ -317,10 +327,6 @@ class FeedBatch:
             frame.unpersist()
         self._cached.clear()
 
-    _columns: dict[str, list[str]] = field(default_factory=dict)
-    shapes: dict[str, list[Any]] = field(default_factory=dict)
-    """Feed → its staged events' shapes (``Shape``), for ``runtime.sourcecolumns``."""
-
 
 @dataclass(frozen=True)
 class Shape:
@@ -414,8 +420,10 @@ class ChangeFeeds:
         after = dict(snapshots)
         for feed in self.feeds:
             ready = decisions[feed.name].ready
-            if feed.format == "debezium" and feed.name not in after and any(
-                item.snapshot_last for item in ready
+            if (
+                feed.format == "debezium"
+                and feed.name not in after
+                and any(item.snapshot_last for item in ready)
             ):
                 after[feed.name] = batch_id
         batch = FeedBatch(
@@ -452,8 +460,8 @@ def _summaries(frame: DataFrame, feeds: Sequence[Feed]) -> dict[str, Summaries]:
     )
     have = (
         tx_rows.where(F.col("kind") == "data")
-        .groupBy("feed", "item", "source_table", "order")
-        .agg()
+        .select("feed", "item", "source_table", "order")
+        .distinct()
         .groupBy("feed", "item", "source_table")
         .count()
         .groupBy("feed", "item")

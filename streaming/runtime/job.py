@@ -17,7 +17,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from connectors.avro import AvroRequestDecoder, codec_for
+from connectors.avro import AvroRequestDecoder, ChangeDecoder, codec_for
 from connectors.kafka_check import CredentialWatch, check_kafka, java_text, refusal_in
 from connectors.kafka_io import OutcomePublisher, outcome_publisher
 from connectors.kafka_topics import TopicWatch, read_topics, require_topic
@@ -261,7 +261,7 @@ class Job:
             metrics=metrics,
             lease=lease,
             feeds=feeds,
-            decode_change=codec.decode_change if codec else decode_json_value,
+            decode_change=ChangeDecoder(kafka, codec) if kafka and codec else decode_json_value,
             storage_retry=cfg.storage_retry,
             upkeep=Upkeep(
                 spark,

@@ -5,8 +5,9 @@ The table holds the whole waiting set: each batch that changes it overwrites it 
 once per batch (``commits.overwrite``: a replay finds its commit and does not make it again), with
 the batch's other system writes. A batch reads it at the version before its own commit — the
 version the batch it follows left — so a replayed batch sees exactly what it saw the first time.
-Between batches of one process the set is held on the driver (``Waiting``): only a process's
-first batch, or a batch that may be a replay, reads the table.
+The records are read and written by Spark (``runtime.feeds``), never held on the driver: it
+keeps only their number between batches (``Waiting``), so that a batch after one that left
+nothing waiting reads nothing.
 
 The table also keeps one row per feed whose initial snapshot is applied (``SNAPSHOT_MARK``: its
 topic is empty, its offset the batch that applied the snapshot's last record), written by that

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import pickle
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -829,7 +830,7 @@ AVRO_VALUE = {
 
 
 def test_avro_events_in_the_wire_format_assemble_like_json(tmp_path: Path) -> None:
-    from connectors.avro import codec_for, encode, load_schema
+    from connectors.avro import ChangeDecoder, codec_for, encode, load_schema
     from streaming.core.config import KafkaConfig
 
     for name, schema in (("key", AVRO_KEY), ("value", AVRO_VALUE)):
@@ -843,7 +844,8 @@ def test_avro_events_in_the_wire_format_assemble_like_json(tmp_path: Path) -> No
         },
         "outcome_schema_id": 2,
     }
-    codec = codec_for(KafkaConfig(bootstrap="unused:9092", format="avro", avro=avro))
+    kafka = KafkaConfig(bootstrap="unused:9092", format="avro", avro=avro)
+    codec = codec_for(kafka)
     assert codec is not None
     key_schema = load_schema(str(tmp_path / "key.avsc"), "key")
     value_schema = load_schema(str(tmp_path / "value.avsc"), "value")
@@ -888,6 +890,11 @@ def test_avro_events_in_the_wire_format_assemble_like_json(tmp_path: Path) -> No
         ("I", "1", "Ann"),
         ("U", "1", "Anne"),
     ]
+    # What the executors get: the config, not the codec; the same values decoded.
+    carried = pickle.loads(pickle.dumps(ChangeDecoder(kafka, codec)))
+    assert carried._codec is None and carried(records[1].value) == codec.decode_change(
+        records[1].value
+    )
     with pytest.raises(RejectedError) as e:
         codec.decode_change(b"\x00\x00\x00\x00\x63body")  # schema id 99: unknown
     assert e.value.code in ("UNKNOWN_SCHEMA_ID", "INVALID_AVRO")

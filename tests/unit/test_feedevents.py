@@ -132,7 +132,9 @@ def records_of(plan: list[tuple[Any, ...]]) -> tuple[list[Received], list[str]]:
             topics.begin(tx)
             for order, (table, op, id_) in enumerate(changes, start=1):
                 counts[table] = counts.get(table, 0) + 1
-                row = {"id": id_, "name": f"v{n}"}
+                # An unchanged TOASTed value: Debezium's placeholder (kept, not written).
+                name = "__debezium_unavailable_value" if (op, id_) == ("u", 4) else f"v{n}"
+                row = {"id": id_, "name": name}
                 sent.append(
                     topics.event(table, op, row, tx=tx, order=order, table_order=counts[table])
                 )

@@ -135,11 +135,11 @@ def test_progress_sets_the_kafka_lag_per_topic() -> None:
 
 def test_a_change_feed_s_waiting_records_are_counted_with_the_oldest_arrival() -> None:
     metrics = Metrics()
-    metrics.waiting(["pg", "mysql"], {"pg": [1040.0, 1000.5, 1020.0]})
+    metrics.waiting({"pg": (3, 1000.5), "mysql": (0, None)})
     assert value(metrics, "cdc_change_feed_waiting_events", feed="pg") == 3
     assert value(metrics, "cdc_change_feed_oldest_waiting_timestamp_seconds", feed="pg") == 1000.5
     assert value(metrics, "cdc_change_feed_waiting_events", feed="mysql") == 0
-    metrics.waiting(["pg", "mysql"], {})  # all applied since
+    metrics.waiting({"pg": (0, None), "mysql": (0, None)})  # all applied since
     assert value(metrics, "cdc_change_feed_oldest_waiting_timestamp_seconds", feed="pg") == 0
 
 
