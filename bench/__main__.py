@@ -168,6 +168,12 @@ def main(argv: list[str] | None = None) -> int:
         help="CatchUp: 3-event source transactions after the snapshot (20,000; quick: 2,000)",
     )
     parser.add_argument(
+        "--catchup-driver-memory",
+        metavar="SIZE",
+        help="CatchUp: spark.driver.memory of both processes, e.g. 4g (default: none set, "
+        "Spark's 1g)",
+    )
+    parser.add_argument(
         "--soak-batches",
         type=int,
         help="Soak: micro-batches the job runs under the steady load (1000; at least 10)",
@@ -280,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.events_latency_rate <= 0:
             parser.error("--events-latency-rate: expected a positive number")
         sizes = replace(sizes, events_latency_rate=args.events_latency_rate)
+    if args.catchup_driver_memory:
+        sizes = replace(sizes, catchup_driver_memory=args.catchup_driver_memory)
     if args.soak_batches is not None:
         if args.soak_batches < 10:
             parser.error("--soak-batches: expected at least 10 (reported per tenth)")

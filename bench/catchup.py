@@ -21,10 +21,11 @@ Producing them (confluent-kafka, batched, lz4) is not timed; its seconds are rep
 ``kafka.max_offsets_per_trigger`` (every record in as few micro-batches as Spark takes), run as
 a cold process: ``python -m bench.cold_driver ours`` = ``cdc run --once`` (``bench.cold``).
 *Plain*: a cold process too (``bench.cold_driver catchup-plain``), on a session built from the
-same config (same Spark settings): per table, its data topic read whole with Spark's Kafka batch
-source, ``from_json``, the last event per key by LSN (snapshot reads and streamed events alike),
-and one Delta MERGE into an empty table of the same columns it creates first
-(``bench.events.merge_events``).
+same config (same Spark settings: 4 shuffle partitions, and ``spark.driver.memory`` unset,
+Spark's 1g, unless ``--catchup-driver-memory``): per table, its data topic read whole with
+Spark's Kafka batch source, ``from_json``, the last event per key by LSN (snapshot reads and
+streamed events alike), and one Delta MERGE into an empty table of the same columns it creates
+first (``bench.events.merge_events``).
 
 Measured per process: launch → exit; the driver's peak RSS (``VmHWM`` of the Python process)
 and its JVM's (the ``java`` child's ``VmHWM``), each the larger of the process's own reading at
@@ -67,9 +68,10 @@ from tests.support.snapshot import compare_rows, produce, snapshot_records, trip
 
 PREFIX = "catchup"
 EVENTS_PER_TX = 3
-DRIVER_MEMORY = "4g"
-"""``spark.driver.memory`` of both processes (the config's ``spark.conf``): docs/deploy.md's
-starting point for a job with change feeds. Local mode: the executors' heap too."""
+SPARK_DEFAULT_DRIVER_MEMORY = "1g"
+"""Spark's ``spark.driver.memory`` when the config sets none (``Sizes.catchup_driver_memory``
+empty: the Events workload's config, what ``cdc run`` gets unless told). Local mode: the
+executors' heap too."""
 TIMEOUT = 3600.0
 """The longest either process may take (then its process group is killed: a failure)."""
 PLAIN_SCHEMA = StructType(
@@ -107,8 +109,10 @@ def records(
     return chain(snapshot_records(prefix, tables, rows), triples(events.event_records(txs, prefix)))
 
 
-def config(broker: LocalKafkaBroker, prefix: str) -> dict[str, Any]:
-    """Ours' ``cdc.yaml`` (the Events workload's feed; no bound on a batch's records)."""
+def config(broker: LocalKafkaBroker, prefix: str, driver_memory: str = "") -> dict[str, Any]:
+    """Ours' ``cdc.yaml`` (the Events workload's feed; no bound on a batch's records), plain's
+    session's too; ``driver_memory``: ``spark.driver.memory``, "" = Spark's default."""
+    conf = {"spark.driver.memory": driver_memory} if driver_memory else {}
     return {
         "warehouse": "./warehouse",
         "checkpoints": "./checkpoints",
@@ -130,10 +134,7 @@ def config(broker: LocalKafkaBroker, prefix: str) -> dict[str, Any]:
                 }
             ],
         },
-        "spark": {
-            "shuffle_partitions": SHUFFLE_PARTITIONS,
-            "conf": {"spark.driver.memory": DRIVER_MEMORY},
-        },
+        "spark": {"shuffle_partitions": SHUFFLE_PARTITIONS, "conf": conf},
     }
 
 
@@ -274,7 +275,8 @@ def catchup(sizes: Sizes, base: Path, broker: LocalKafkaBroker) -> dict[str, Any
 
     ws = Workspace(root / "ours", events.DATASET, events.YAML)
     config_file = ws.root / "cdc.yaml"
-    config_file.write_text(yaml.safe_dump(config(broker, PREFIX), sort_keys=False))
+    settings = config(broker, PREFIX, sizes.catchup_driver_memory)
+    config_file.write_text(yaml.safe_dump(settings, sort_keys=False))
     layout = Layout(str(ws.root / "warehouse"), str(ws.root / "checkpoints"))
     ours_tables = {s: layout.table(events.DATASET, s) for s in events.SCHEMAS}
     plain_tables = {s: str(root / "plain" / s) for s in events.SCHEMAS}
@@ -307,7 +309,8 @@ def catchup(sizes: Sizes, base: Path, broker: LocalKafkaBroker) -> dict[str, Any
         "events": n_events,
         "records": count,
         "produce_seconds": round(produce_seconds, 1),
-        "driver_memory": DRIVER_MEMORY,
+        "driver_memory": sizes.catchup_driver_memory
+        or f"{SPARK_DEFAULT_DRIVER_MEMORY} (Spark's default)",
         "ours": _trim(ours),
         "plain": _trim(plain),
         "check": checked,

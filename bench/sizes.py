@@ -105,6 +105,9 @@ class Sizes:
     catchup_transactions: int = 20_000
     """CatchUp: source transactions of 3 events (BEGIN, END on the transaction topic) after the
     snapshot."""
+    catchup_driver_memory: str = ""
+    """CatchUp: ``spark.driver.memory`` in the config of both processes; "" = none, Spark's
+    default (1g), as the Events workload's config."""
     w2_extra_props: int = 0
     """W2 (and its warm-up) only: properties added to W2's four (owner, balance, status, ts),
     ``p01``, ``p02``, ... string and integer in turn, in the dataset, the seeded table, the DMS

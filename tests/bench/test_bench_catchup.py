@@ -10,7 +10,14 @@ from dataclasses import replace
 from typing import Any
 
 from bench import data, events
-from bench.catchup import EVENTS_PER_TX, error_line, records, render_lines, transactions
+from bench.catchup import (
+    EVENTS_PER_TX,
+    config,
+    error_line,
+    records,
+    render_lines,
+    transactions,
+)
 from bench.sizes import FULL, QUICK
 from tests.bench.results import rendered
 from tests.support.debezium import Topics
@@ -104,6 +111,18 @@ def test_the_expected_state_counts_deletes_and_inserts() -> None:
     assert (wrong["missing"], wrong["ok"]) == (1, False)
     values[0] = ("z", 0, "new")
     assert compare_rows(ids, values, 10, touched)["differ"] == 1
+
+
+def test_the_config_sets_the_driver_memory_only_when_asked() -> None:
+    class Broker:
+        bootstrap = "127.0.0.1:9"
+
+    broker: Any = Broker()
+    default = config(broker, "p")
+    assert default["spark"] == {"shuffle_partitions": 4, "conf": {}}
+    assert "max_offsets_per_trigger" not in default["kafka"]
+    assert config(broker, "p", "4g")["spark"]["conf"] == {"spark.driver.memory": "4g"}
+    assert default["kafka"]["change_feeds"][0]["topic_prefix"] == "p"
 
 
 def test_the_error_line_of_a_failed_run() -> None:
