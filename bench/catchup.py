@@ -202,9 +202,9 @@ def launch(mode: str, root: Path, cwd: Path, config_file: Path, *extra: str) -> 
     if code != 0:
         text = log.read_text(errors="replace")
         out_["error"] = error_line(text) or f"exit code {code} (no `cdc: error` line)"
-        oom = next((ln.strip() for ln in text.splitlines() if "OutOfMemoryError" in ln), None)
+        oom = out_of_memory(text)
         if oom is not None:
-            out_["out_of_memory"] = oom[:300]
+            out_["out_of_memory"] = oom
         out_["log_tail"] = text[-2000:]
     return out_
 
@@ -215,6 +215,21 @@ def error_line(log: str) -> str | None:
         if line.startswith("cdc: error"):
             return line.strip()[:500]
     return None
+
+
+def out_of_memory(log: str) -> str | None:
+    """A log's ``OutOfMemoryError``: preferably the one a Py4J call raised, with the call
+    (``An error occurred while calling o289.collectToPython. : java.lang.OutOfMemoryError: Java
+    heap space``), else the first line naming one; None without."""
+    lines = log.splitlines()
+    first: str | None = None
+    for index, line in enumerate(lines):
+        if "OutOfMemoryError" not in line:
+            continue
+        if index and "An error occurred while calling" in lines[index - 1]:
+            return f"{lines[index - 1].strip()} {line.strip()}"[:400]
+        first = first or line.strip()[:300]
+    return first
 
 
 # -- checks (after both) -------------------------------------------------------------------------
@@ -317,7 +332,7 @@ def catchup(sizes: Sizes, base: Path, broker: LocalKafkaBroker) -> dict[str, Any
         "ratios": _ratios(ours, plain),
     }
     ws.remove()
-    shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(root / "plain", ignore_errors=True)  # the logs stay (until the workspace goes)
     return result
 
 
@@ -411,6 +426,8 @@ def render_lines(r: dict[str, Any]) -> list[str]:
             lines.append(f"CatchUp    {key}: {split}")
         if e.get("error"):
             lines.append(f"CatchUp    {key}: {e['error']}")
+        if e.get("out_of_memory"):
+            lines.append(f"CatchUp    {key}, in its log: {e['out_of_memory'][:400]}")
     ratios = r["ratios"]
 
     def fmt(value: float | None) -> str:

@@ -14,6 +14,7 @@ from bench.catchup import (
     EVENTS_PER_TX,
     config,
     error_line,
+    out_of_memory,
     records,
     render_lines,
     transactions,
@@ -123,6 +124,21 @@ def test_the_config_sets_the_driver_memory_only_when_asked() -> None:
     assert "max_offsets_per_trigger" not in default["kafka"]
     assert config(broker, "p", "4g")["spark"]["conf"] == {"spark.driver.memory": "4g"}
     assert default["kafka"]["change_feeds"][0]["topic_prefix"] == "p"
+
+
+def test_an_out_of_memory_error_and_the_call_that_raised_it() -> None:
+    log = (
+        'Exception: java.lang.OutOfMemoryError thrown from the UncaughtExceptionHandler in "t"\n'
+        "py4j.protocol.Py4JJavaError: An error occurred while calling o289.collectToPython.\n"
+        ": java.lang.OutOfMemoryError: Java heap space\n"
+        "\n"
+    )
+    assert out_of_memory(log) == (
+        "py4j.protocol.Py4JJavaError: An error occurred while calling o289.collectToPython. "
+        ": java.lang.OutOfMemoryError: Java heap space"
+    )
+    assert out_of_memory(log.splitlines()[0]) == log.splitlines()[0]
+    assert out_of_memory("fine") is None
 
 
 def test_the_error_line_of_a_failed_run() -> None:
