@@ -1,5 +1,5 @@
-"""``python -m bench [--quick] [--workloads W1,Batch,W2,Scale,FullLoad,Cold,Events] [--output
-FILE]``.
+"""``python -m bench [--quick] [--workloads W1,Batch,W2,Scale,FullLoad,Cold,Events,CatchUp]
+[--output FILE]``; ``--workloads CatchUp`` runs one workload alone.
 
 W1K (W1 over a local Kafka broker), Latency (publish → outcome at a steady rate), EventsLatency
 (PostgreSQL commit → outcome through Debezium, issue 35), ScaleRandom (Scale with the tables'
@@ -32,9 +32,10 @@ WORKLOADS = (
     "Latency",
     "Events",
     "EventsLatency",
+    "CatchUp",
     "Soak",
 )
-DEFAULT = ("W1", "Batch", "W2", "Scale", "FullLoad", "Cold", "Events")
+DEFAULT = ("W1", "Batch", "W2", "Scale", "FullLoad", "Cold", "Events", "CatchUp")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,6 +158,22 @@ def main(argv: list[str] | None = None) -> int:
         help="EventsLatency: Postgres transactions committed per second (5)",
     )
     parser.add_argument(
+        "--catchup-rows",
+        type=int,
+        help="CatchUp: rows of each of the snapshot's two tables (1,000,000; quick: 100,000)",
+    )
+    parser.add_argument(
+        "--catchup-transactions",
+        type=int,
+        help="CatchUp: 3-event source transactions after the snapshot (20,000; quick: 2,000)",
+    )
+    parser.add_argument(
+        "--catchup-driver-memory",
+        metavar="SIZE",
+        help="CatchUp: spark.driver.memory of both processes, e.g. 4g (default: none set, "
+        "Spark's 1g)",
+    )
+    parser.add_argument(
         "--soak-batches",
         type=int,
         help="Soak: micro-batches the job runs under the steady load (1000; at least 10)",
@@ -240,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         ("events", "events_changes"),
         ("events_max_per_batch", "events_max_per_batch"),
         ("events_latency_transactions", "events_latency_transactions"),
+        ("catchup_rows", "catchup_rows"),
+        ("catchup_transactions", "catchup_transactions"),
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -267,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.events_latency_rate <= 0:
             parser.error("--events-latency-rate: expected a positive number")
         sizes = replace(sizes, events_latency_rate=args.events_latency_rate)
+    if args.catchup_driver_memory:
+        sizes = replace(sizes, catchup_driver_memory=args.catchup_driver_memory)
     if args.soak_batches is not None:
         if args.soak_batches < 10:
             parser.error("--soak-batches: expected at least 10 (reported per tenth)")

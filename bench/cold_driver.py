@@ -5,17 +5,22 @@ runs (``streaming.cli.main.main``, the ``cdc`` entry point) with timestamps take
 ``python -m bench.cold_driver plain STAMPS CONFIG ARGS`` builds the same session from the same
 config and runs the plain baseline's query once (``availableNow``) over the same landing files.
 
+``python -m bench.cold_driver catchup-plain STAMPS CONFIG ARGS`` is the CatchUp workload's plain
+(``bench.catchup.plain_catchup``) on a session built from CONFIG, as ours' would be.
+
 STAMPS receives ``time.time()`` at: ``python`` (this module runs, before any import of Spark or
 the project), ``session`` (the SparkSession is built), ``tables`` (ours: ``Job.create`` returned,
 tables prepared), ``batch`` (the first foreachBatch function returned), ``run`` (the query has
-ended and ``cdc run`` returned). The parent takes launch and exit.
+ended and ``cdc run`` returned). The parent takes launch and exit. At exit, also this process's
+peak RSS and its JVM's (``peak_python_mb``, ``peak_jvm_mb``: ``tests.support.memory.own_peaks``)
+and, for catchup-plain, ``plain_per_table`` (seconds per table).
 """
 
 from __future__ import annotations
 
 import time
 
-STAMPS: dict[str, float] = {"python": time.time()}
+STAMPS: dict[str, Any] = {"python": time.time()}
 
 import json  # noqa: E402 - after the first stamp on purpose
 import sys  # noqa: E402
@@ -89,12 +94,34 @@ def plain(config: str, args_file: str) -> int:
     return 0
 
 
+def catchup_plain(config: str, args_file: str) -> int:
+    """The CatchUp workload's plain in this fresh process, on the config's session."""
+    from bench.catchup import plain_catchup
+    from streaming.core.config import load_config
+    from streaming.runtime.session import build_session
+
+    args = json.loads(Path(args_file).read_text())
+    spark = build_session(load_config(config).spark)
+    STAMPS["session"] = time.time()
+    tables = {schema: (topic, path) for schema, (topic, path) in args["tables"].items()}
+    STAMPS["plain_per_table"] = plain_catchup(spark, args["bootstrap"], tables)
+    STAMPS["run"] = time.time()
+    return 0
+
+
 def main(argv: list[str]) -> int:
     mode, stamps, config, *rest = argv
     try:
-        code = ours(config) if mode == "ours" else plain(config, rest[0])
+        if mode == "ours":
+            code = ours(config)
+        elif mode == "catchup-plain":
+            code = catchup_plain(config, rest[0])
+        else:
+            code = plain(config, rest[0])
     finally:
-        Path(stamps).write_text(json.dumps(STAMPS))
+        from tests.support.memory import own_peaks
+
+        Path(stamps).write_text(json.dumps({**STAMPS, **own_peaks()}))
     return code
 
 

@@ -103,8 +103,15 @@ class EventTx:
         return out
 
 
-def event_transactions(count: int, table_rows: int, seed: int = data.SEED) -> list[EventTx]:
-    """``count`` change events in source transactions of ``EVENTS_PER_TX`` events, each event on
+def event_transactions(
+    count: int,
+    table_rows: int,
+    seed: int = data.SEED,
+    *,
+    per_tx: tuple[int, int] = EVENTS_PER_TX,
+) -> list[EventTx]:
+    """``count`` change events in source transactions of ``per_tx`` events (an inclusive range;
+    default ``EVENTS_PER_TX``; the last transaction takes what is left), each event on
     one of the two tables: 75% updates, 15% inserts, 10% deletes (``OP_WEIGHTS``). Updates and
     deletes take keys of a hot pool (a quarter of the events' count, of the seeded keys
     ``0..table_rows-1``) or keys inserted earlier, so keys repeat across transactions; inserts
@@ -121,7 +128,7 @@ def event_transactions(count: int, table_rows: int, seed: int = data.SEED) -> li
     out: list[EventTx] = []
     made = 0
     while made < count:
-        size = min(rng.randint(*EVENTS_PER_TX), count - made)
+        size = min(rng.randint(*per_tx), count - made)
         used: set[tuple[str, int]] = set()
         changes: list[Change] = []
         for _ in range(size):

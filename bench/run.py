@@ -3,8 +3,9 @@
 order, in random id order, or in random id order then clustered by ``cdc maintain --cluster``),
 FullLoad (one DMS full-load file into an empty table) and Cold (the first
 batch of a fresh process), ours and the baselines side by side on one SparkSession, then a
-table of numbers and ratios. Soak (``bench.soak``) runs last, after that session is stopped:
-``cdc run`` as a process of its own for many micro-batches.
+table of numbers and ratios. CatchUp (``bench.catchup``: a Debezium snapshot and the
+transactions after it, ours and plain each in a fresh process) and Soak (``bench.soak``: ``cdc
+run`` as a process of its own for many micro-batches) run last, after that session is stopped.
 
 Every contender gets its own copy of the same seeded tables and reads the same data files.
 Machine noise (the machine is shared) moves every contender of a run alike: compare ratios.
@@ -26,7 +27,7 @@ from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 
-from bench import baselines, batch, cold, data, events, kafka, soak
+from bench import baselines, batch, catchup, cold, data, events, kafka, soak
 from bench.common import SHUFFLE_PARTITIONS, column_of, rate, say, seed_tables
 from bench.ours import TABLES, OurRun, Workspace, run_job
 from bench.sizes import Sizes
@@ -991,6 +992,8 @@ def render(results: dict[str, Any]) -> str:
         )
     if "EventsLatency" in results:
         lines += events.latency_lines(results["EventsLatency"])
+    if "CatchUp" in results:
+        lines += catchup.render_lines(results["CatchUp"])
     if "Soak" in results:
         lines += soak.render_lines(results["Soak"])
     orders = {
@@ -1193,9 +1196,10 @@ def profile_lines(title: str, run: dict[str, Any]) -> list[str]:
     return out
 
 
-SESSIONLESS = ("Soak",)
-"""Workloads that need no SparkSession in the benchmark's process (Soak runs ``cdc run`` as a
-process of its own): alone, the benchmark starts none (nor its warm-up)."""
+SESSIONLESS = ("CatchUp", "Soak")
+"""Workloads that need no SparkSession in the benchmark's process (CatchUp and Soak run ``cdc
+run`` as a process of its own, CatchUp its plain too): alone, the benchmark starts none (nor its
+warm-up); with others, they run after the session is stopped."""
 
 
 class _Broker:
@@ -1237,10 +1241,13 @@ def run(
         if any(w not in SESSIONLESS for w in workloads):
             spark = session()
             _session_workloads(spark, sizes, workloads, base, output, results, brokers)
+        if spark is not None and any(w in SESSIONLESS for w in workloads):
+            spark.stop()  # the machine's memory and cores to the job's process alone
+            spark = None
+        if "CatchUp" in workloads:
+            results["CatchUp"] = catchup.catchup(sizes, base, brokers.get())
+            _write(output, results)
         if "Soak" in workloads:
-            if spark is not None:  # the machine's memory and cores to the job alone
-                spark.stop()
-                spark = None
             results["Soak"] = soak.soak(sizes, base, brokers.get())
             _write(output, results)
         results["seconds"] = round(time.perf_counter() - started, 1)

@@ -99,6 +99,15 @@ class Sizes:
     soak_upkeep: bool = True
     """Soak: False writes ``upkeep: {enabled: false}`` into the job's config
     (``--soak-no-upkeep``); True leaves the key out (the job's default)."""
+    catchup_rows: int = 1_000_000
+    """CatchUp (issue 48): rows of each of the two tables of the Debezium snapshot (op ``r``
+    reads) on Kafka before the one ``cdc run --once``."""
+    catchup_transactions: int = 20_000
+    """CatchUp: source transactions of 3 events (BEGIN, END on the transaction topic) after the
+    snapshot."""
+    catchup_driver_memory: str = ""
+    """CatchUp: ``spark.driver.memory`` in the config of both processes; "" = none, Spark's
+    default (1g), as the Events workload's config."""
     w2_extra_props: int = 0
     """W2 (and its warm-up) only: properties added to W2's four (owner, balance, status, ts),
     ``p01``, ``p02``, ... string and integer in turn, in the dataset, the seeded table, the DMS
@@ -138,4 +147,6 @@ QUICK = Sizes(
     full_load_rows=100_000,
     events_changes=10_000,
     events_latency_transactions=40,
+    catchup_rows=100_000,
+    catchup_transactions=2_000,
 )
