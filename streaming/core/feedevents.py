@@ -201,6 +201,10 @@ class Summaries:
     transactions: list[TxSummary]
     chunks: list[ChunkSummary]
     bad: list[BadRecord]
+    repeated: bool = False
+    """Some transaction's data event came twice (a connector's restart sent it again)."""
+    truncates: bool = False
+    """Some data event is a truncate."""
 
 
 def where(place: Place) -> str:
@@ -262,7 +266,10 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> Summaries:
                 any(e["snapshot_last"] for e in events),
             )
         )
-    return Summaries(transactions, out, bad)
+    data = [r for r in unique.values() if r["kind"] == "data"]
+    repeated = len(data) > sum(len(t["orders"]) for t in txs.values())
+    truncates = any(r["op"] == "T" for r in unique.values() if r["kind"] in ("data", "loose"))
+    return Summaries(transactions, out, bad, repeated, truncates)
 
 
 # -- deciding (the driver) ---------------------------------------------------------------------
@@ -283,6 +290,9 @@ class Ready:
     error: RejectedError | None = None
     snapshot_last: bool = False
     """A chunk holding the last record of the feed's initial snapshot."""
+    base: int = 0
+    """A chunk's first offset (its rows are numbered from it); 0 for a transaction (its rows
+    are numbered by their order in their table)."""
 
     @property
     def transaction_id(self) -> str:
@@ -376,7 +386,9 @@ def decide(
         key = chunk_key(c.topic, c.partition)
         source_id = f"{key}@{c.first}-{c.last}"
         anchor = where((c.topic, c.partition, c.first))
-        chunks.append(Ready(feed, key, source_id, anchor, c.received_at, error, c.snapshot_last))
+        chunks.append(
+            Ready(feed, key, source_id, anchor, c.received_at, error, c.snapshot_last, c.first)
+        )
     waiting = sorted(pending.values(), key=lambda t: t.first)
     return Decision([*unreadable, *chunks, *transactions], waiting)
 

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from streaming.core.batch import (
@@ -33,6 +33,7 @@ from streaming.core.batch import (
 )
 from streaming.core.catalog import Dataset
 from streaming.core.changefeed import Decode, Feed, Received, utc
+from streaming.core.changes import SEQ_SHIFT
 from streaming.core.errors import RejectedError
 from streaming.core.feedevents import (
     DECODED_FIELDS,
@@ -414,6 +415,8 @@ class ChangeFeeds:
         by_name = {f.name: f for f in self.feeds}
         decoded_frame = union.mapInArrow(_decoder(by_name, self.decode), DDL).persist()
         summaries = _summaries(decoded_frame, self.feeds)
+        repeated = any(summaries[f.name].repeated for f in self.feeds)
+        truncates = any(summaries[f.name].truncates for f in self.feeds)
         decisions = {
             feed.name: decide(feed, summaries[feed.name], at, committed) for feed in self.feeds
         }
@@ -435,7 +438,7 @@ class ChangeFeeds:
             (snapshots, after),
         )
         batch._cached.append(decoded_frame)
-        _choose(batch)
+        _choose(batch, repeated=repeated, truncates=truncates)
         return batch
 
     def finished(self, batch: FeedBatch) -> None:
@@ -448,31 +451,68 @@ class ChangeFeeds:
 
 
 def _summaries(frame: DataFrame, feeds: Sequence[Feed]) -> dict[str, Summaries]:
-    """The Spark aggregation ``feedevents.summarize`` computes in Python, per feed."""
-    tx_rows = frame.where(F.col("kind").isin("begin", "end", "data"))
-    end = F.struct(*PLACE, "end_id", "received_at", "counts")
-    first = F.struct(*PLACE, "received_at")
-    per_tx = tx_rows.groupBy("feed", "item").agg(
-        F.min(F.when(F.col("kind") == "end", end)).alias("end"),
-        F.min(first).alias("first"),
-        F.min("received_at").alias("first_seen"),
-        F.count(F.lit(1)).alias("records"),
+    """The Spark aggregation ``feedevents.summarize`` computes in Python, per feed: one job,
+    grouped by what each record belongs to (a transaction, a chunk, itself)."""
+    kind = F.col("kind")
+    data = kind == "data"
+    group = F.when(kind == "loose", "chunk").when(kind == "bad", "bad").otherwise("tx")
+    place = F.struct(*PLACE, "received_at")
+    unknown = F.when(
+        (kind == "loose") & F.col("schema").isNull(), F.struct("offset", "source_table")
     )
-    have = (
-        tx_rows.where(F.col("kind") == "data")
-        .select("feed", "item", "source_table", "order")
-        .distinct()
-        .groupBy("feed", "item", "source_table")
-        .count()
-        .groupBy("feed", "item")
-        .agg(F.map_from_entries(F.collect_list(F.struct("source_table", "count"))).alias("have"))
+    found = (
+        frame.where(kind.isin("begin", "end", "data", "loose", "bad"))
+        .groupBy("feed", "item", group.alias("group"))
+        .agg(
+            F.min(F.when(kind == "end", F.struct(*PLACE, "end_id", "received_at", "counts"))).alias(
+                "end"
+            ),
+            F.min(place).alias("first"),
+            F.min("received_at").alias("first_seen"),
+            F.count(F.lit(1)).alias("records"),
+            F.sum(data.cast("int")).alias("events"),
+            F.collect_set(F.when(data, F.struct("source_table", "order"))).alias("places"),
+            F.max("offset").alias("last"),
+            F.min(unknown).alias("unknown"),
+            F.max("snapshot_last").alias("snapshot_last"),
+            F.max(F.coalesce(F.col("op") == "T", F.lit(False))).alias("truncates"),
+            F.first("code", ignorenulls=True).alias("code"),
+            F.first("message", ignorenulls=True).alias("message"),
+        )
+        .collect()
     )
     txs: dict[str, list[TxSummary]] = {f.name: [] for f in feeds}
-    for r in per_tx.join(have, ["feed", "item"], "left").collect():
-        e, f = r["end"], r["first"]
-        txs[r["feed"]].append(
-            TxSummary(
-                r["item"],
+    chunks: dict[str, list[ChunkSummary]] = {f.name: [] for f in feeds}
+    bad: dict[str, list[BadRecord]] = {f.name: [] for f in feeds}
+    repeated: dict[str, bool] = {}
+    truncates: dict[str, bool] = {}
+    for r in found:
+        name, first = r["feed"], r["first"]
+        at = (first["topic"], first["partition"], first["offset"])
+        if r["truncates"]:
+            truncates[name] = True
+        if r["group"] == "bad":
+            bad[name].append(BadRecord(at, utc(first["received_at"]), r["code"], r["message"]))
+        elif r["group"] == "chunk":
+            chunks[name].append(
+                ChunkSummary(
+                    first["topic"],
+                    first["partition"],
+                    first["offset"],
+                    r["last"],
+                    utc(first["received_at"]),
+                    r["unknown"]["source_table"] if r["unknown"] is not None else None,
+                    bool(r["snapshot_last"]),
+                )
+            )
+        else:
+            have: dict[str, int] = {}
+            for table, _ in r["places"]:
+                have[table] = have.get(table, 0) + 1
+            if r["events"] > len(r["places"]):
+                repeated[name] = True
+            e = r["end"]
+            end = (
                 End(
                     e["end_id"],
                     (e["topic"], e["partition"], e["offset"]),
@@ -480,66 +520,54 @@ def _summaries(frame: DataFrame, feeds: Sequence[Feed]) -> dict[str, Summaries]:
                     _counts(e["counts"]),
                 )
                 if e is not None
-                else None,
-                dict(r["have"] or {}),
-                utc(r["first_seen"]),
-                int(r["records"]),
-                (f["topic"], f["partition"], f["offset"]),
-                utc(f["received_at"]),
+                else None
             )
-        )
-    loose = frame.where(F.col("kind") == "loose")
-    chunks: dict[str, list[ChunkSummary]] = {f.name: [] for f in feeds}
-    unknown = F.when(F.col("schema").isNull(), F.struct("offset", "source_table"))
-    for r in (
-        loose.groupBy("feed", "topic", "partition")
-        .agg(
-            F.min(F.struct("offset", "received_at")).alias("first"),
-            F.max("offset").alias("last"),
-            F.min(unknown).alias("unknown"),
-            F.max("snapshot_last").alias("snapshot_last"),
-        )
-        .collect()
-    ):
-        chunks[r["feed"]].append(
-            ChunkSummary(
-                r["topic"],
-                r["partition"],
-                r["first"]["offset"],
-                r["last"],
-                utc(r["first"]["received_at"]),
-                r["unknown"]["source_table"] if r["unknown"] is not None else None,
-                bool(r["snapshot_last"]),
+            txs[name].append(
+                TxSummary(
+                    r["item"],
+                    end,
+                    have,
+                    utc(r["first_seen"]),
+                    int(r["records"]),
+                    at,
+                    utc(first["received_at"]),
+                )
             )
+    return {
+        f.name: Summaries(
+            txs[f.name],
+            chunks[f.name],
+            bad[f.name],
+            repeated.get(f.name, False),
+            truncates.get(f.name, False),
         )
-    bad: dict[str, list[BadRecord]] = {f.name: [] for f in feeds}
-    for r in (
-        frame.where(F.col("kind") == "bad")
-        .select("feed", *PLACE, "received_at", "code", "message")
-        .collect()
-    ):
-        bad[r["feed"]].append(
-            BadRecord(
-                (r["topic"], r["partition"], r["offset"]),
-                utc(r["received_at"]),
-                r["code"],
-                r["message"],
-            )
-        )
-    return {f.name: Summaries(txs[f.name], chunks[f.name], bad[f.name]) for f in feeds}
+        for f in feeds
+    }
 
 
 def _counts(text: str | None) -> dict[str, int]:
     return {str(k): int(v) for k, v in json.loads(text).items()} if text else {}
 
 
-def _choose(batch: FeedBatch) -> None:
+def _row_number(row: Column) -> Column:
+    """A staged row's place in its load as ``inputs.loads`` numbers rows (below 2**32, beside
+    the load's ordinal in ``__seq``); a transaction whose events carry no
+    ``data_collection_order`` is ordered by offsets, which may not fit: the batch fails with
+    the reason rather than mix the order of two loads."""
+    fits = row.between(0, (1 << SEQ_SHIFT) - 1)
+    why = F.lit("a change event's place in its transaction does not fit in 32 bits")
+    return F.when(fits, row).otherwise(F.raise_error(why))
+
+
+def _choose(batch: FeedBatch, *, repeated: bool, truncates: bool) -> None:
     """The staged events of the batch's ready items (no error): each place in its table once
-    (the first record of it), numbered per item and schema — ``seg``: the truncates of the
-    table before it in the transaction; ``__row``: its place among its segment's rows — and
-    counted per item, schema and segment (``feedevents.part_counts``), with their shapes."""
+    (the first record of it: a window, only when some event came twice), with ``seg``, the
+    truncates of the table before it in its transaction (a window, only when some event is a
+    truncate), and ``__row``, its place in its load (its order in its table; a chunk's offset
+    from the chunk's first); counted per item, schema and segment
+    (``feedevents.part_counts``), with the shapes the rows came in."""
     keys = [
-        (name, item.item)
+        (name, item.item, item.base)
         for name, d in batch.decisions.items()
         for item in d.ready
         if item.error is None
@@ -547,24 +575,28 @@ def _choose(batch: FeedBatch) -> None:
     if not keys:
         return
     spark = batch.spark
-    which = spark.createDataFrame(pa.table(list(zip(*keys, strict=True)), names=["feed", "item"]))
+    which = spark.createDataFrame(
+        pa.table(list(zip(*keys, strict=True)), names=["feed", "item", "__base"])
+    )
     events = batch.decoded.where(
         F.col("kind").isin("data", "loose") & F.col("schema").isNotNull()
     ).join(F.broadcast(which), ["feed", "item"])
-    by_place = Window.partitionBy("feed", "item", "source_table", "order").orderBy(*PLACE)
-    events = events.withColumn("__n", F.row_number().over(by_place)).where("__n = 1")
-    in_order = Window.partitionBy("feed", "item", "schema").orderBy("order", *PLACE)
-    truncate = (F.col("op") == "T").cast("int")
-    events = events.withColumn(
-        "seg", F.sum(truncate).over(in_order.rowsBetween(Window.unboundedPreceding, 0))
-    )
+    if repeated:
+        by_place = Window.partitionBy("feed", "item", "source_table", "order").orderBy(*PLACE)
+        events = events.withColumn("__n", F.row_number().over(by_place)).where("__n = 1")
+    if truncates:
+        in_order = Window.partitionBy("feed", "item", "schema").orderBy("order", *PLACE)
+        before = in_order.rowsBetween(Window.unboundedPreceding, 0)
+        events = events.withColumn("seg", F.sum((F.col("op") == "T").cast("int")).over(before))
+    else:
+        events = events.withColumn("seg", F.lit(0).cast("long"))
     chosen = events.select(
         "feed",
         "item",
         "schema",
         "seg",
         "op",
-        "order",
+        _row_number(F.col("order") - F.col("__base")).alias("__row"),
         *PLACE,
         "source_table",
         "row",
@@ -574,16 +606,14 @@ def _choose(batch: FeedBatch) -> None:
     ).persist()
     batch._cached.append(chosen)
     rows_only = chosen.where(F.col("op") != "T")
-    in_segment = Window.partitionBy("feed", "item", "schema", "seg").orderBy("order", *PLACE)
-    batch._chosen = rows_only.withColumn("__row", F.row_number().over(in_segment) - 1)
+    batch._chosen = rows_only
+    is_row = F.col("op") != "T"
     for r in (
         chosen.groupBy("feed", "item", "schema", "seg")
         .agg(
-            F.sum((F.col("op") != "T").cast("int")).alias("rows"),
-            F.max(F.col("op") == "T").alias("truncate"),
-            F.sum(F.when(F.col("op") != "T", F.col("unavailable")).otherwise(0)).alias(
-                "unavailable"
-            ),
+            F.sum(is_row.cast("int")).alias("rows"),
+            F.max(~is_row).alias("truncate"),
+            F.sum(F.when(is_row, F.col("unavailable")).otherwise(0)).alias("unavailable"),
         )
         .collect()
     ):
