@@ -69,12 +69,22 @@ def kafka_requests(spark: SparkSession, cfg: KafkaConfig) -> DataFrame:
     return _kafka(spark, cfg, subscription, "kafka", cfg.starting_offsets)
 
 
+FEED_RECORDS_PER_TASK = 100_000
+"""A change feed's records a Spark task reads at most (Kafka's ``maxRecordsPerPartition``): a
+snapshot of millions of rows in one topic partition is decoded and cached by many tasks, side by
+side, each block of a size the executors hold (one task of a 1M-record partition ran a 1 GB
+heap out of memory caching it)."""
+
+
 def change_feed_records(spark: SparkSession, cfg: KafkaConfig, topics: Sequence[str]) -> DataFrame:
     """The change feeds' topics (``kafka.change_feeds``), every record from the earliest offset
     a new checkpoint finds: a database's history is not to be skipped. Subscribed by a pattern
     of exactly those names: a connector creates a table's topic at its first change, and a
-    topic that is not there yet is read from when it comes (``subscribe`` would fail)."""
-    return _kafka(spark, cfg, ("subscribePattern", exact_names(topics)), "changes", "earliest")
+    topic that is not there yet is read from when it comes (``subscribe`` would fail). A topic
+    partition's records of a batch are read by tasks of ``FEED_RECORDS_PER_TASK`` at most."""
+    subscription = ("subscribePattern", exact_names(topics))
+    split = {"maxRecordsPerPartition": str(FEED_RECORDS_PER_TASK)}
+    return _kafka(spark, cfg, subscription, "changes", "earliest", split)
 
 
 def _kafka(
@@ -83,6 +93,7 @@ def _kafka(
     subscription: tuple[str, str],
     kind: str,
     starting: str,
+    options: dict[str, str] | None = None,
 ) -> DataFrame:
     reader = (
         spark.readStream.format("kafka")
@@ -92,6 +103,7 @@ def _kafka(
         .option("failOnDataLoss", "true")
         .option("fetchOffset.numRetries", str(FETCH_OFFSET_RETRIES))
         .option("fetchOffset.retryIntervalMs", str(FETCH_OFFSET_RETRY_MS))
+        .options(**(options or {}))
     )
     if cfg.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", cfg.max_offsets_per_trigger)
