@@ -60,7 +60,7 @@ class Waiting:
         marks = table.where(F.col("topic") == SNAPSHOT_MARK).select("feed", "offset").collect()
         self.snapshots = {row["feed"]: row["offset"] for row in marks}
         records = table.where(F.col("topic") != SNAPSHOT_MARK)
-        if self.count is None:
+        if self.count is None or replay_possible:  # what this version holds, not what was held
             self.count = records.count()
         return records if self.count else None
 

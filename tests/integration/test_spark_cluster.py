@@ -8,7 +8,10 @@ installed ``streaming/submit.py`` in client mode against the master with the jar
 transaction (driver fold), a DMS full load larger than ``DRIVER_FOLD_MAX_ROWS`` plus a DMS
 change file (folded on the executors' JVMs, ``streaming.apply.sqlfold``: no Python worker), and
 two transactions of a map-typed schema larger than that together (folded by the wheel's Python
-code in Python workers on the executors, ``mapInArrow``); delta-rs reads the tables. Spark's
+code in Python workers on the executors, ``mapInArrow``), and a Debezium change feed's snapshot
+and source transactions on the session's Kafka broker (decoded by the wheel's Python code in
+Python workers on the executors: nothing of a feed is collected on the driver); delta-rs reads
+the tables. Spark's
 event log and the master's JSON show the executors on the two workers did the work, and that
 Python workers ran there.
 
@@ -47,6 +50,7 @@ from streaming.apply.objects import DRIVER_FOLD_MAX_ROWS
 from streaming.core.outcomes import Outcome, Status
 from tests.support import request, upsert
 from tests.support.cdc import wait_until
+from tests.support.debezium import Topics, send
 from tests.support.ports import HOST, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +59,8 @@ JARS = sorted(str(p) for p in (ROOT / "jars" / "spark").glob("*.jar"))
 APP_NAME = "cdc-cluster-test"
 WORKERS = 2
 
-pytestmark = [pytest.mark.cluster, pytest.mark.spark]  # Spark processes of its own
+# Spark processes of its own; the session's broker for the change feed
+pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.kafka]
 
 DATASETS = {
     "petstore": """\
@@ -75,11 +80,18 @@ sales.Order:
     ts: {type: integer}
   watermark: [ts]
 """,
+    "ledger": """\
+ledger.Account:
+  properties:
+    owner: {type: string}
+    sourcePosition: {type: string}
+  watermark: [sourcePosition]
+""",
 }
 CONFIG = """\
 warehouse: ./warehouse
 checkpoints: ./checkpoints
-datasets: {petstore: ./petstore.yaml, sales: ./sales.yaml}
+datasets: {petstore: ./petstore.yaml, sales: ./sales.yaml, ledger: ./ledger.yaml}
 landing: {transactions: ./landing/transactions, dms: ./landing/dms}
 allowed_locations: [./data]
 spark:
@@ -97,6 +109,10 @@ LOADED = DRIVER_FOLD_MAX_ROWS + 100  # more changes than the driver folds: the e
 TAGGED = DRIVER_FOLD_MAX_ROWS + 100  # as many rows of the map-typed schema, in one transaction
 PYTHON_METRIC = "data sent to Python workers"
 """The SQL metric of a Python node (``mapInArrow``): bytes its tasks sent to Python workers."""
+SNAPSHOT = 300
+"""A change feed's snapshot reads (Debezium, no transaction metadata on them), then two source
+transactions: decoded by the wheel's Python code in Python workers on the executors."""
+PREFIX = "clu"
 LOAD_FILE = "LOAD00000001.parquet"
 CDC_FILE = "20240101-0001.parquet"
 
@@ -306,10 +322,43 @@ def python_environment(tmp: Path, wheel: Path) -> Path:
 
 
 # -- the job's inputs ------------------------------------------------------------------------------
-def job_folder(tmp: Path) -> Path:
+def feed_config(broker: Any) -> str:
+    """The ``kafka:`` section: the broker, and a change feed of ``public.accounts``."""
+    broker.create_topics([f"{PREFIX}.requests", f"{PREFIX}.outcomes"])
+    kafka = {
+        "bootstrap": broker.bootstrap,
+        "transactions_topic": f"{PREFIX}.requests",
+        "outcomes_topic": f"{PREFIX}.outcomes",
+        "change_feeds": [
+            {
+                "name": "pg",
+                "dataset": "ledger",
+                "topic_prefix": PREFIX,
+                "tables": {"ledger.Account": "public.accounts"},
+            }
+        ],
+    }
+    return "kafka: " + json.dumps(kafka) + "\n"
+
+
+def feed_records(bootstrap: str) -> list[str]:
+    """The feed's records, sent: a snapshot, then two source transactions (the second deletes
+    a row); the ids of the outcomes they get."""
+    topics = Topics(prefix=PREFIX)
+    for n in range(SNAPSHOT):
+        last = "last" if n == SNAPSHOT - 1 else "true"
+        topics.event("public.accounts", "r", {"id": f"a{n:03d}", "owner": "snap"}, snapshot=last)
+    topics.transaction("900:1", [("public.accounts", "u", {"id": "a001", "owner": "Ann"})])
+    topics.transaction("901:2", [("public.accounts", "d", {"id": "a002"})])
+    send(bootstrap, topics.take())
+    chunk = f"debezium:pg:{PREFIX}.public.accounts[0]@0-{SNAPSHOT - 1}"
+    return [chunk, "debezium:pg:900:1", "debezium:pg:901:2"]
+
+
+def job_folder(tmp: Path, broker: Any) -> Path:
     job = tmp / "job"
     job.mkdir()
-    (job / "cdc.yaml").write_text(CONFIG)
+    (job / "cdc.yaml").write_text(CONFIG + feed_config(broker))
     for name, text in DATASETS.items():
         (job / f"{name}.yaml").write_text(text)
     dogs = [{"id": "dog1", "name": "Scooby"}, {"id": "dog2", "name": "Lassie"}]
@@ -439,14 +488,15 @@ def python_bytes(events: list[dict[str, Any]]) -> Counter[str]:
 
 
 def test_the_job_on_a_standalone_cluster_under_spark_submit(
-    cluster: Cluster, wheel: Path, tmp_path: Path
+    cluster: Cluster, wheel: Path, tmp_path: Path, kafka_broker: Any
 ) -> None:
     assert JARS, "no jars in jars/spark: run `make jars`"
     python = python_environment(tmp_path, wheel)
     where = run([str(python), "-c", "import streaming; print(streaming.__file__)"], cwd=tmp_path)
     assert where.startswith(str(tmp_path / "cdc-env")), where  # the wheel's, not the checkout's
 
-    job = job_folder(tmp_path)
+    job = job_folder(tmp_path, kafka_broker)
+    fed = feed_records(kafka_broker.bootstrap)
     events = tmp_path / "events"
     events.mkdir()
     done = spark_submit(cluster, python, job, events)
@@ -474,6 +524,13 @@ def test_the_job_on_a_standalone_cluster_under_spark_submit(
         .to_pylist()
     }
     load, cdc = f"dms:sales/sales/Order/{LOAD_FILE}", f"dms:sales/sales/Order/{CDC_FILE}"
+    # The change feed's snapshot and transactions, decoded on the executors (nothing of a
+    # feed is collected: the rows below came through Spark tasks, which run on executors only).
+    feed = {t: found.pop(t) for t in fed}
+    assert {o.status for o in feed.values()} == {Status.COMMITTED}
+    accounts = rows(warehouse / "ledger" / "ledger" / "Account", "id", "owner")
+    assert len(accounts) == SNAPSHOT - 1
+    assert dict(accounts)["a001"] == "Ann" and "a002" not in dict(accounts)
     assert sorted(found) == sorted(["tx-1", "tx-2", "tx-3", "tx-4", load, cdc])
     assert {o.status for o in found.values()} == {Status.COMMITTED}
     counts = {
@@ -514,9 +571,10 @@ def test_the_job_on_a_standalone_cluster_under_spark_submit(
         e["Task Info"]["Executor ID"] for e in log if e["Event"] == "SparkListenerTaskEnd"
     )
     assert set(tasks) == set(executors), (tasks, executors)
-    # Python workers on the executors folded the map-typed schema's rows (nothing else in this
-    # job runs Python on the executors: the landing UPSERTs fold on the driver, the DMS orders in
-    # SQL): the metric is in the log, with bytes sent by tasks of the executors only.
+    # Python workers on the executors folded the map-typed schema's rows and decoded the change
+    # feed's records (nothing else in this job runs Python on the executors: the landing
+    # UPSERTs fold on the driver, the DMS orders in SQL): the metric is in the log, with bytes
+    # sent by tasks of the executors only.
     sent = python_bytes(log)
     assert sum(sent.values()) > 0, sent
     assert set(sent) <= set(executors), (sent, executors)
