@@ -78,6 +78,7 @@ from bench.ours import TABLES
 from bench.sizes import Sizes
 from streaming.core.layout import Layout
 from tests.support.kafka_broker import LocalKafkaBroker
+from tests.support.memory import java_below, status_mb
 from tests.support.ports import free_port
 
 DATASET = data.W1_DATASET
@@ -517,46 +518,7 @@ def state_diff(
 # -- the process, its memory, its storage ----------------------------------------------------
 def rss_mb(pid: int) -> float | None:
     """VmRSS of a process in MB (None when it is gone)."""
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return None
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (scanning /proc: children, their children, ...)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rpartition(")")[2].split()  # after "pid (comm)": state, ppid, ...
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def java_below(pid: int) -> int | None:
-    """The JVM PySpark started for the process ``pid`` (a ``java`` below it)."""
-    for child in descendants(pid):
-        try:
-            if Path(f"/proc/{child}/comm").read_text().strip() == "java":
-                return child
-        except OSError:
-            continue
-    return None
+    return status_mb(pid, "VmRSS")
 
 
 def parse_class_histogram(text: str, top: int = HISTOGRAM_TOP) -> dict[str, Any] | None:

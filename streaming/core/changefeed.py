@@ -515,6 +515,17 @@ class Part:
     events: tuple[DataEvent, ...]
 
 
+def staged_row(event: DataEvent) -> dict[str, Any]:
+    """The row an event stages: the DMS shape (``Op``) with our key, position and flags."""
+    row = dict(event.row or {})
+    row[OP_COLUMN] = event.op
+    row[KEY_COLUMN] = event.key
+    row[POSITION_COLUMN] = event.position
+    for column in event.unavailable:  # the stored value stays (``core.fold.MISSING``)
+        row[f"{FLAGS}{column}"] = MISSING
+    return row
+
+
 def unavailable_kept(rows: Iterable[Mapping[str, Any]]) -> int:
     """How many values of staged rows the source did not send (their stored values kept)."""
     return sum(1 for row in rows for column in row if column.startswith(FLAGS))
@@ -571,16 +582,7 @@ class SourceTransaction:
         part = next((p for p in self.parts() if p.location == location), None)
         if part is None:
             return None
-        out = []
-        for e in part.events:
-            row = dict(e.row or {})
-            row[OP_COLUMN] = e.op
-            row[KEY_COLUMN] = e.key
-            row[POSITION_COLUMN] = e.position
-            for column in e.unavailable:  # the stored value stays (``core.fold.MISSING``)
-                row[f"{FLAGS}{column}"] = MISSING
-            out.append(row)
-        return out
+        return [staged_row(e) for e in part.events]
 
     def request(self) -> dict[str, Any]:
         """The transaction request it becomes (the rows staged apart, by location): an UPSERT of

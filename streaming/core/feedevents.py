@@ -35,9 +35,10 @@ from streaming.core.changefeed import (
     Received,
     read_debezium,
     read_dms,
+    staged_row,
 )
 from streaming.core.errors import RejectedError
-from streaming.core.fold import FLAGS, MISSING
+from streaming.core.fold import FLAGS
 
 Kind = Literal["bad", "skip", "begin", "end", "data", "loose"]
 """What a decoded record is: unreadable, nothing to apply (a Kafka tombstone, a DMS control
@@ -82,17 +83,6 @@ events per data collection as JSON."""
 
 def chunk_key(topic: str, partition: int) -> str:
     return f"{topic}[{partition}]"
-
-
-def staged_row(event: DataEvent) -> dict[str, Any]:
-    """The row an event stages: the DMS shape (``Op``) with our key, position and flags."""
-    row = dict(event.row or {})
-    row[OP_COLUMN] = event.op
-    row[KEY_COLUMN] = event.key
-    row[POSITION_COLUMN] = event.position
-    for column in event.unavailable:  # the stored value stays (``core.fold.MISSING``)
-        row[f"{FLAGS}{column}"] = MISSING
-    return row
 
 
 def decoded(feed: Feed, record: Received, decode: Decode) -> dict[str, Any]:

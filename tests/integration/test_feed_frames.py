@@ -27,23 +27,12 @@ from streaming.core.feedevents import (
 from streaming.core.layout import Layout
 from streaming.runtime.feeds import ChangeFeeds
 from streaming.storage.pending import Waiting
+from tests.support.datasets import SHOP
 from tests.support.debezium import T0, Topics, feed
 
 pytestmark = pytest.mark.spark
 
 CUST, ORD = "public.customers", "public.orders"
-SHOP = """
-shop.Customer:
-  properties:
-    name: {type: string}
-    sourcePosition: {type: string}
-  watermark: [sourcePosition]
-shop.Order:
-  properties:
-    amount: {type: number}
-    sourcePosition: {type: string}
-  watermark: [sourcePosition]
-"""
 
 
 def scenario() -> list[Received]:

@@ -33,6 +33,7 @@ from streaming.core.feedevents import (
 )
 from streaming.core.layout import Layout
 from streaming.core.plan import Events, plan_staged
+from tests.support.datasets import SHOP
 from tests.support.debezium import T0, Topics, feed
 
 CUST, ORD = "public.customers", "public.orders"
@@ -242,20 +243,6 @@ def test_a_later_commit_waits_behind_an_incomplete_earlier_one() -> None:
     got = ours(feed(), records, T0, lambda ids: ())
     assert got["items"] == [] and len(got["waiting"]) == len(records)
     assert got == reference(feed(), records, T0, lambda ids: ())
-
-
-SHOP = """
-shop.Customer:
-  properties:
-    name: {type: string}
-    sourcePosition: {type: string}
-  watermark: [sourcePosition]
-shop.Order:
-  properties:
-    amount: {type: number}
-    sourcePosition: {type: string}
-  watermark: [sourcePosition]
-"""
 
 
 def test_a_source_transactions_loads_are_planned_from_its_staged_counts(tmp_path: Path) -> None:
