@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Literal
 
-from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -73,7 +72,13 @@ from streaming.runtime.metering import Cost, Meter
 from streaming.runtime.metrics import Metrics
 from streaming.runtime.parallel import Sessions
 from streaming.runtime.sourcecolumns import SourceColumns
-from streaming.runtime.stopping import BatchGate, StopRequested
+from streaming.runtime.stopping import (
+    BatchGate,
+    BatchInterrupted,
+    StopRequested,
+    interruption,
+    stop_interrupt,
+)
 from streaming.runtime.upkeep import Upkeep
 from streaming.storage import ledger, system
 from streaming.storage.commits import BatchCommit
@@ -157,7 +162,7 @@ class Sink:
             self.changes = ChangeFeeds(self.spark, self.feeds, self.decode_change, self.layout)
         if self.upkeep is not None:
             self.upkeep.moved = self._upkept
-            self.upkeep.reraise = lambda e: _interruption(e) is not None
+            self.upkeep.reraise = lambda e: interruption(e) is not None
 
     # -- the foreachBatch entry point ------------------------------------------------------
     def __call__(self, df: DataFrame, batch_id: int) -> None:
@@ -167,7 +172,7 @@ class Sink:
             log.info(
                 "batch %s not started: the job is stopping (replayed at the next start)", batch_id
             )
-            interrupted = _stop_interrupt(self.spark)
+            interrupted = stop_interrupt(self.spark)
             if interrupted is not None:
                 refused.args = (f"{refused.args[0]}; interrupted by the stop: {interrupted}",)
             raise refused from None
@@ -196,7 +201,7 @@ class Sink:
             self.failure = e
             raise
         except Exception as e:
-            interrupted = _interruption(e)
+            interrupted = interruption(e)
             if interrupted is not None:  # the query's stop, not a failure: replayed at start
                 log.info("batch %s: interrupted by the stop; replayed at the next start", batch_id)
                 raise BatchInterrupted(batch_id, interrupted) from None
@@ -211,7 +216,7 @@ class Sink:
             # Out of the gate, the job's stop goes on: raised once it interrupts this thread, so
             # that Spark takes it for the stop (as a refused batch, above), not for a failure.
             log.info("batch %s stopped before its next commit: the lease was lost", batch_id)
-            interrupted = _stop_interrupt(self.spark)
+            interrupted = stop_interrupt(self.spark)
             message = lost.message
             if interrupted is not None:
                 message = f"{message}; interrupted by the stop: {interrupted}"
@@ -232,7 +237,7 @@ class Sink:
             except Exception as e:
                 if isinstance(e, CdcError) and not isinstance(e, StorageUnavailable):
                     raise
-                if _interruption(e) is not None:
+                if interruption(e) is not None:
                     raise
                 if self.refusal is not None and self.refusal(e) is not None:
                     raise  # the broker refused the job's credentials: KAFKA_AUTH_FAILED
@@ -567,7 +572,7 @@ class Sink:
                 self._apply_segment(rest, timeline, applied, rejected)
             return
         except Exception as e:
-            if _interruption(e) is not None or _store_trouble(e):
+            if interruption(e) is not None or _store_trouble(e):
                 # The query is stopping, or a store failed (``core.failures.store_trouble``: not
                 # the transactions' fault, the batch is retried): the batch ends here as a crash
                 # would, its commits kept for the replay to find and go on from (a restore would
@@ -939,59 +944,6 @@ def _duplicate(verdict: Repeated, first: Mapping[str, Outcome], commit: BatchCom
     outcome.source = str(verdict.raw.position)
     outcome.received_at = verdict.raw.received_at
     return outcome
-
-
-STOP_WAIT_MS = 60_000
-"""How long a batch refused at the gate waits for ``query.stop()`` to interrupt it."""
-
-
-def _stop_interrupt(spark: SparkSession) -> str | None:
-    """Wait, in the JVM, on this thread — the stream's own, for a foreachBatch function (PySpark's
-    pinned thread mode) — until the stopping job's ``query.stop()`` interrupts it; the
-    interruption as a traceback names it: ``py4j.protocol.Py4JJavaError: An error occurred while
-    calling z:java.lang.Thread.sleep.`` and ``: java.lang.InterruptedException: …``. None if no
-    interruption came within ``STOP_WAIT_MS``.
-
-    The refusal carries that text: Spark takes an error of a Python foreachBatch function whose
-    text holds it for the interruption of a stop (``StreamExecution.isInterruptionException``,
-    SPARK-39218): the query ends stopped, not failed, and logs no error. Only that line, not the
-    Py4JJavaError itself with its Java stack trace: Spark matches the text with a regular
-    expression that recurses once per character, and a whole stack trace overflows the stream
-    thread's stack (``StackOverflowError``, printed by the JVM)."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    try:
-        jvm.java.lang.Thread.sleep(STOP_WAIT_MS)
-    except Py4JJavaError as e:
-        kind = type(e)
-        return f"{kind.__module__}.{kind.__qualname__}: {e.errmsg.rstrip()}\n: {e.java_exception}"
-    return None
-
-
-class BatchInterrupted(Exception):
-    """A batch whose stream thread ``query.stop()`` interrupted while it wrote: it ends where it
-    is, as a crash there would end it, and Spark replays it at the next start (which finds its
-    commits and goes on from them). Its text ends with the interruption as ``_stop_interrupt``
-    gives it, for Spark to take it for the stop."""
-
-    def __init__(self, batch_id: int, interruption: str) -> None:
-        super().__init__(f"batch {batch_id} interrupted by the stop: {interruption}")
-
-
-def _interruption(error: BaseException) -> str | None:
-    """The interruption of the stream's thread an error of a JVM call is (a stopping query's
-    ``InterruptedException``, or the I/O it cut short), as one short line; None for any other
-    error."""
-    if not isinstance(error, Py4JJavaError):
-        return None
-    name = str(error.java_exception.getClass().getName())
-    if name not in (
-        "java.lang.InterruptedException",
-        "java.nio.channels.ClosedByInterruptException",
-    ):
-        return None
-    kind = type(error)
-    return f"{kind.__module__}.{kind.__qualname__}: {error.errmsg.rstrip()}\n: {name}"
 
 
 def _store_trouble(error: BaseException) -> bool:

@@ -38,6 +38,9 @@ from dataclasses import dataclass
 from enum import Enum
 from types import FrameType
 
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import SparkSession
+
 from streaming.core.errors import CdcError
 
 log = logging.getLogger(__name__)
@@ -210,3 +213,58 @@ class QuietStop(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
         return not isinstance(error, StopRequested | CdcError)
+
+
+# -- a batch the stop interrupts -----------------------------------------------------------
+
+STOP_WAIT_MS = 60_000
+"""How long a batch refused at the gate waits for ``query.stop()`` to interrupt it."""
+
+
+def stop_interrupt(spark: SparkSession) -> str | None:
+    """Wait, in the JVM, on this thread — the stream's own, for a foreachBatch function (PySpark's
+    pinned thread mode) — until the stopping job's ``query.stop()`` interrupts it; the
+    interruption as a traceback names it: ``py4j.protocol.Py4JJavaError: An error occurred while
+    calling z:java.lang.Thread.sleep.`` and ``: java.lang.InterruptedException: …``. None if no
+    interruption came within ``STOP_WAIT_MS``.
+
+    The refusal carries that text: Spark takes an error of a Python foreachBatch function whose
+    text holds it for the interruption of a stop (``StreamExecution.isInterruptionException``,
+    SPARK-39218): the query ends stopped, not failed, and logs no error. Only that line, not the
+    Py4JJavaError itself with its Java stack trace: Spark matches the text with a regular
+    expression that recurses once per character, and a whole stack trace overflows the stream
+    thread's stack (``StackOverflowError``, printed by the JVM)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    try:
+        jvm.java.lang.Thread.sleep(STOP_WAIT_MS)
+    except Py4JJavaError as e:
+        kind = type(e)
+        return f"{kind.__module__}.{kind.__qualname__}: {e.errmsg.rstrip()}\n: {e.java_exception}"
+    return None
+
+
+class BatchInterrupted(Exception):
+    """A batch whose stream thread ``query.stop()`` interrupted while it wrote: it ends where it
+    is, as a crash there would end it, and Spark replays it at the next start (which finds its
+    commits and goes on from them). Its text ends with the interruption as ``stop_interrupt``
+    gives it, for Spark to take it for the stop."""
+
+    def __init__(self, batch_id: int, interruption: str) -> None:
+        super().__init__(f"batch {batch_id} interrupted by the stop: {interruption}")
+
+
+def interruption(error: BaseException) -> str | None:
+    """The interruption of the stream's thread an error of a JVM call is (a stopping query's
+    ``InterruptedException``, or the I/O it cut short), as one short line; None for any other
+    error."""
+    if not isinstance(error, Py4JJavaError):
+        return None
+    name = str(error.java_exception.getClass().getName())
+    if name not in (
+        "java.lang.InterruptedException",
+        "java.nio.channels.ClosedByInterruptException",
+    ):
+        return None
+    kind = type(error)
+    return f"{kind.__module__}.{kind.__qualname__}: {error.errmsg.rstrip()}\n: {name}"
