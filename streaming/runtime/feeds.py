@@ -51,6 +51,7 @@ from streaming.core.feedevents import (
     parts_of,
     request_of,
     source_columns,
+    where,
 )
 from streaming.core.layout import Layout
 from streaming.core.plan import Load, plan_staged
@@ -607,37 +608,38 @@ def _choose(batch: FeedBatch, *, repeated: bool, truncates: bool) -> None:
     batch._cached.append(chosen)
     rows_only = chosen.where(F.col("op") != "T")
     batch._chosen = rows_only
+    # One job: per part and shape the rows came in (a part's rows mostly share one).
     is_row = F.col("op") != "T"
-    for r in (
-        chosen.groupBy("feed", "item", "schema", "seg")
+    found = (
+        chosen.groupBy("feed", "item", "schema", "seg", "source_table", "columns", "fields")
         .agg(
             F.sum(is_row.cast("int")).alias("rows"),
             F.max(~is_row).alias("truncate"),
             F.sum(F.when(is_row, F.col("unavailable")).otherwise(0)).alias("unavailable"),
+            F.min(F.when(is_row, F.struct(*PLACE))).alias("first"),
         )
         .collect()
-    ):
-        batch.counts.setdefault((r["feed"], r["item"]), []).append(
-            PartCount(
-                r["item"],
-                r["schema"],
-                r["seg"],
-                int(r["rows"]),
-                bool(r["truncate"]),
-                int(r["unavailable"]),
-            )
+    )
+    parts: dict[tuple[str, str, str, int], list[int]] = {}
+    shapes: dict[tuple[str, str, str, tuple[str, ...], str | None], tuple[Any, ...]] = {}
+    for r in found:
+        part = parts.setdefault((r["feed"], r["item"], r["schema"], r["seg"]), [0, 0, 0])
+        part[0] += int(r["rows"])
+        part[1] |= bool(r["truncate"])
+        part[2] += int(r["unavailable"])
+        if r["rows"]:
+            first = r["first"]
+            place = (first["topic"], first["partition"], first["offset"])
+            key = (r["feed"], r["source_table"], r["schema"], tuple(r["columns"]), r["fields"])
+            shapes[key] = min(shapes.get(key, place), place)
+    for (feed, item, schema, seg), (rows, truncate, unavailable) in parts.items():
+        batch.counts.setdefault((feed, item), []).append(
+            PartCount(item, schema, seg, rows, bool(truncate), unavailable)
         )
     columns: dict[str, dict[str, None]] = {}
-    for r in (
-        rows_only.groupBy("feed", "source_table", "schema", "columns", "fields")
-        .agg(F.min(F.struct(*PLACE)).alias("first"))
-        .orderBy("first")
-        .collect()
-    ):
-        columns.setdefault(r["schema"], {}).update(dict.fromkeys(r["columns"]))
-        first = r["first"]
-        row = dict.fromkeys(source_columns(r["columns"]))
-        fields = json.loads(r["fields"]) if r["fields"] else None
-        where = f"kafka:{first['topic']}[{first['partition']}]@{first['offset']}"
-        batch.shapes.setdefault(r["feed"], []).append(Shape(r["source_table"], row, fields, where))
+    for (feed, table, schema, names, fields), place in sorted(shapes.items(), key=lambda kv: kv[1]):
+        columns.setdefault(schema, {}).update(dict.fromkeys(names))
+        row = dict.fromkeys(source_columns(names))
+        connect = json.loads(fields) if fields else None
+        batch.shapes.setdefault(feed, []).append(Shape(table, row, connect, where(place)))
     batch._columns = {s: list(c) for s, c in columns.items()}

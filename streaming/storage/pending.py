@@ -57,8 +57,9 @@ class Waiting:
             if own:
                 version = min(v for v, _ in own.values()) - 1
         table = read_table(spark, path, version)
-        marks = table.where(F.col("topic") == SNAPSHOT_MARK).select("feed", "offset").collect()
-        self.snapshots = {row["feed"]: row["offset"] for row in marks}
+        if self.count is None or replay_possible:  # else as the last batch left them
+            marks = table.where(F.col("topic") == SNAPSHOT_MARK).select("feed", "offset")
+            self.snapshots = {row["feed"]: row["offset"] for row in marks.collect()}
         records = table.where(F.col("topic") != SNAPSHOT_MARK)
         if self.count is None or replay_possible:  # what this version holds, not what was held
             self.count = records.count()
