@@ -96,10 +96,15 @@ class Received:
 
     @property
     def where(self) -> str:
-        return f"kafka:{self.topic}[{self.partition}]@{self.offset}"
+        return kafka_where(self.topic, self.partition, self.offset)
 
     def sort_key(self) -> tuple[str, int, int]:
         return (self.topic, self.partition, self.offset)
+
+
+def kafka_where(topic: str, partition: int, offset: int) -> str:
+    """A Kafka record's place as messages and outcomes name it: ``kafka:<topic>[<p>]@<offset>``."""
+    return f"kafka:{topic}[{partition}]@{offset}"
 
 
 Decode = Callable[[bytes], Any]
@@ -515,6 +520,42 @@ class Part:
     events: tuple[DataEvent, ...]
 
 
+def column_mapping(feed: Feed) -> dict[str, str]:
+    """A staged row's columns of ours → the schema's properties they feed."""
+    return {
+        **({"id": KEY_COLUMN} if feed.format == "debezium" else {}),
+        feed.position_property: POSITION_COLUMN,
+    }
+
+
+def request_for(
+    feed: Feed, transaction_id: str, parts: Sequence[tuple[str, str, bool]]
+) -> dict[str, Any]:
+    """The request of a source transaction whose parts are (schema, location, truncate): an
+    UPSERT of each run of rows, a MERGE of no rows for each truncate; without parts, an UPSERT
+    of nothing into the feed's first schema."""
+    if not parts:
+        parts = [
+            (schema, f"{SCHEME}{transaction_id}/{schema}", False)
+            for schema in sorted(set(feed.tables.values()))[:1]
+        ]
+    return {
+        "transactionId": transaction_id,
+        "dataset": feed.dataset,
+        "actions": [
+            {
+                "operation": "MERGE" if truncate else "UPSERT",
+                "format": "DMS",
+                "locationUri": location,
+                "target": schema,
+                "columnFormat": "AS_SPECIFIED",
+                "columnMapping": column_mapping(feed),
+            }
+            for schema, location, truncate in parts
+        ],
+    }
+
+
 def staged_row(event: DataEvent) -> dict[str, Any]:
     """The row an event stages: the DMS shape (``Op``) with our key, position and flags."""
     row = dict(event.row or {})
@@ -587,29 +628,8 @@ class SourceTransaction:
     def request(self) -> dict[str, Any]:
         """The transaction request it becomes (the rows staged apart, by location): an UPSERT of
         each run of rows, a MERGE of no rows for each truncate (every row of the table deleted)."""
-        parts = self.parts() or [
-            Part(schema, f"{SCHEME}{self.transaction_id}/{schema}", False, ())
-            for schema in sorted(set(self.feed.tables.values()))[:1]
-        ]
-        actions = [
-            {
-                "operation": "MERGE" if part.truncate else "UPSERT",
-                "format": "DMS",
-                "locationUri": part.location,
-                "target": part.schema,
-                "columnFormat": "AS_SPECIFIED",
-                "columnMapping": {
-                    **({"id": KEY_COLUMN} if self.feed.format == "debezium" else {}),
-                    self.feed.position_property: POSITION_COLUMN,
-                },
-            }
-            for part in parts
-        ]
-        return {
-            "transactionId": self.transaction_id,
-            "dataset": self.feed.dataset,
-            "actions": actions,
-        }
+        parts = [(p.schema, p.location, p.truncate) for p in self.parts()]
+        return request_for(self.feed, self.transaction_id, parts)
 
     def payload(self) -> bytes:
         """The request, as the raw request's bytes (small: its rows are staged apart)."""

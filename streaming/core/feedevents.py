@@ -33,8 +33,10 @@ from streaming.core.changefeed import (
     Decode,
     Feed,
     Received,
+    kafka_where,
     read_debezium,
     read_dms,
+    request_for,
     staged_row,
 )
 from streaming.core.errors import RejectedError
@@ -198,10 +200,11 @@ class Summaries:
 
 
 def where(place: Place) -> str:
-    return f"kafka:{place[0]}[{place[1]}]@{place[2]}"
+    return kafka_where(*place)
 
 
-def _loads(text: str | None) -> dict[str, int]:
+def end_counts(text: str | None) -> dict[str, int]:
+    """An END's events per data collection, as its decoded row keeps them (``counts``)."""
     return {str(k): int(v) for k, v in json.loads(text).items()} if text else {}
 
 
@@ -222,7 +225,7 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> Summaries:
             t = txs.setdefault(r["item"], {"records": [], "end": None, "orders": set()})
             t["records"].append(r)
             if r["kind"] == "end" and t["end"] is None:
-                t["end"] = End(r["end_id"], place, r["received_at"], _loads(r["counts"]))
+                t["end"] = End(r["end_id"], place, r["received_at"], end_counts(r["counts"]))
             if r["kind"] == "data":
                 t["orders"].add((r["source_table"], r["order"]))
     transactions = []
@@ -497,33 +500,8 @@ def parts_of(item: Ready, counts: Iterable[PartCount]) -> list[Piece]:
 def request_of(item: Ready, pieces: Sequence[Piece]) -> dict[str, Any]:
     """The request a ready item stands for, as ``SourceTransaction.request`` gives it (what
     quarantine keeps of a rejected one, with its records)."""
-    feed = item.feed
-    if not pieces:
-        first = sorted(set(feed.tables.values()))[:1]
-        pieces = [Piece(s, f"{SCHEME}{item.transaction_id}/{s}", False, 0, 0, 0) for s in first]
-    return {
-        "transactionId": item.transaction_id,
-        "dataset": feed.dataset,
-        "actions": [
-            {
-                "operation": "MERGE" if p.truncate else "UPSERT",
-                "format": "DMS",
-                "locationUri": p.location,
-                "target": p.schema,
-                "columnFormat": "AS_SPECIFIED",
-                "columnMapping": column_mapping(feed),
-            }
-            for p in pieces
-        ],
-    }
-
-
-def column_mapping(feed: Feed) -> dict[str, str]:
-    """A staged row's columns of ours → the schema's properties they feed."""
-    return {
-        **({"id": KEY_COLUMN} if feed.format == "debezium" else {}),
-        feed.position_property: POSITION_COLUMN,
-    }
+    parts = [(p.schema, p.location, p.truncate) for p in pieces]
+    return request_for(item.feed, item.transaction_id, parts)
 
 
 def source_columns(columns: Iterable[str]) -> list[str]:

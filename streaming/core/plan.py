@@ -15,7 +15,7 @@ from typing import Any, Literal
 from urllib.parse import urlparse
 
 from streaming.core.catalog import Dataset, SchemaDef
-from streaming.core.changefeed import Feed
+from streaming.core.changefeed import Feed, column_mapping
 from streaming.core.columns import ColumnFormat
 from streaming.core.errors import RejectedError
 from streaming.core.expressions import (
@@ -25,7 +25,7 @@ from streaming.core.expressions import (
     check_expression,
     parse_expression,
 )
-from streaming.core.feedevents import Piece, column_mapping
+from streaming.core.feedevents import Piece
 from streaming.core.fold import ChangeKind
 from streaming.core.layout import Layout
 from streaming.core.requests import Action, DataFormat, Operation, TransactionRequest

@@ -48,6 +48,7 @@ from streaming.core.feedevents import (
     TxSummary,
     decide,
     decoded,
+    end_counts,
     parts_of,
     request_of,
     source_columns,
@@ -135,6 +136,10 @@ class FeedBatch:
             for index, feed in enumerate(self.feeds)
             for item in self.decisions[feed.name].ready
         ]
+
+    def ready_by_id(self) -> dict[str, Ready]:
+        """The ready items by transaction id."""
+        return {item.transaction_id: item for _, item in self.ready()}
 
     def pieces(self, item: Ready) -> list[Piece]:
         """The actions of a ready item (``feedevents.parts_of`` over its staged counts)."""
@@ -518,7 +523,7 @@ def _summaries(frame: DataFrame, feeds: Sequence[Feed]) -> dict[str, Summaries]:
                     e["end_id"],
                     (e["topic"], e["partition"], e["offset"]),
                     utc(e["received_at"]),
-                    _counts(e["counts"]),
+                    end_counts(e["counts"]),
                 )
                 if e is not None
                 else None
@@ -544,10 +549,6 @@ def _summaries(frame: DataFrame, feeds: Sequence[Feed]) -> dict[str, Summaries]:
         )
         for f in feeds
     }
-
-
-def _counts(text: str | None) -> dict[str, int]:
-    return {str(k): int(v) for k, v in json.loads(text).items()} if text else {}
 
 
 def _row_number(row: Column) -> Column:

@@ -453,7 +453,7 @@ class Sink:
         rejected: dict[str, RejectedError] = {}
         ordinal = 0
         exists = _path_kind(self.spark)
-        items = {item.transaction_id: item for _, item in feeds.ready()} if feeds else {}
+        items = feeds.ready_by_id() if feeds else {}
         staged: list[tuple[Ready, list[Load]]] = []
         for verdict in admitted:
             tid = verdict.request.transaction_id
@@ -737,7 +737,7 @@ class Sink:
         records; then the outcomes table, then the outcomes topic. Each is made once per batch
         (``tables.append``), so a batch that dies between them is finished by its replay."""
         hashes = [v.content_hash if isinstance(v, Admitted) else "" for v in verdicts]
-        items = {item.transaction_id: item for _, item in feeds.ready()} if feeds else {}
+        items = feeds.ready_by_id() if feeds else {}
         bad: list[tuple[RawRequest, str | None, CdcError]] = []
         bad_items: list[tuple[Ready, RawRequest, RejectedError]] = []
         for verdict, outcome in zip(verdicts, outcomes, strict=True):
