@@ -107,3 +107,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if not item.get_closest_marker("s3")]
+
+
+@pytest.fixture(autouse=True)
+def _no_cached_data_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that ran a job in this process leaves nothing cached in the shared session: a
+    batch releases what it persisted, whatever way it ends. A leak is cleared (the next test
+    starts clean) and fails this test at teardown."""
+    yield
+    if "spark" not in request.fixturenames:
+        return
+    session: SparkSession = request.getfixturevalue("spark")
+    manager = session._jsparkSession.sharedState().cacheManager()
+    if not manager.isEmpty():
+        session.catalog.clearCache()
+        pytest.fail("the test left data cached in the shared SparkSession (a batch not released)")

@@ -57,6 +57,7 @@ from streaming.core.feedevents import (
 from streaming.core.layout import Layout
 from streaming.core.plan import Load, plan_staged
 from streaming.core.requests import TransactionRequest
+from streaming.runtime.session import unpersist
 from streaming.storage import pending
 from streaming.storage.commits import BatchCommit
 from streaming.storage.schemas import QUARANTINE_SCHEMA
@@ -125,7 +126,9 @@ class FeedBatch:
     """Feed → its staged events' shapes (``Shape``), for ``runtime.sourcecolumns``."""
     _columns: dict[str, list[str]] = field(default_factory=dict)
     """Target schema → its staged rows' columns."""
-    _cached: list[DataFrame] = field(default_factory=list)
+    cached: list[DataFrame] = field(default_factory=list)
+    """Where the batch's cached frames are listed (the sink's list: what an interrupted
+    release leaves there, the sink releases later)."""
     _pieces: dict[tuple[str, str], list[Piece]] = field(default_factory=dict)
 
     # -- what the sink asks ------------------------------------------------------------------
@@ -330,9 +333,7 @@ class FeedBatch:
         return out
 
     def release(self) -> None:
-        for frame in self._cached:
-            frame.unpersist()
-        self._cached.clear()
+        unpersist(self.cached)
 
 
 @dataclass(frozen=True)
@@ -376,10 +377,14 @@ class ChangeFeeds:
         query: str,
         replay_possible: bool,
         committed: Callable[[Sequence[str]], Any],
+        cached: list[DataFrame] | None = None,
     ) -> FeedBatch:
         """Decode the batch's ``records`` (``kind, name, partition, offset, mtime, key,
-        payload`` of the change feeds' topics) with those waiting, and decide."""
+        payload`` of the change feeds' topics) with those waiting, and decide. What the batch
+        caches is listed in ``cached`` (the caller's list, or the batch's own) as it is cached;
+        ``FeedBatch.release`` lets it go."""
         spark = self.spark
+        cached = [] if cached is None else cached
         before = self.held.read(
             spark, self.layout.pending, query, batch_id, replay_possible=replay_possible
         )
@@ -416,10 +421,12 @@ class ChangeFeeds:
                 {f.name: Decision([], []) for f in self.feeds},
                 False,
                 (snapshots, dict(snapshots)),
+                cached=cached,
             )
         union = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
         by_name = {f.name: f for f in self.feeds}
         decoded_frame = union.mapInArrow(_decoder(by_name, self.decode), DDL).persist()
+        cached.append(decoded_frame)
         summaries = _summaries(decoded_frame, self.feeds)
         repeated = any(summaries[f.name].repeated for f in self.feeds)
         truncates = any(summaries[f.name].truncates for f in self.feeds)
@@ -442,8 +449,8 @@ class ChangeFeeds:
             decisions,
             self.held.count != 0,
             (snapshots, after),
+            cached=cached,
         )
-        batch._cached.append(decoded_frame)
         _choose(batch, repeated=repeated, truncates=truncates)
         return batch
 
@@ -606,7 +613,7 @@ def _choose(batch: FeedBatch, *, repeated: bool, truncates: bool) -> None:
         "fields",
         "unavailable",
     ).persist()
-    batch._cached.append(chosen)
+    batch.cached.append(chosen)
     rows_only = chosen.where(F.col("op") != "T")
     batch._chosen = rows_only
     # One job: per part and shape the rows came in (a part's rows mostly share one).

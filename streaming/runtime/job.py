@@ -479,10 +479,12 @@ class Job:
 
     def _stop_listening(self, query: StreamingQuery) -> None:
         """Detach the listener once it has seen the query end (so it logged every batch), and
-        let the outcome producer go; stop renewing the lease."""
+        let the outcome producer go; stop renewing the lease; once the query has ended, release
+        what a batch its stop interrupted left cached."""
         if self.lease is not None:
             self.lease.stop()
         if not query.isActive:
+            self.sink.release()  # what a batch the stop interrupted left cached
             self.listener.terminated.wait(timeout=10)
         self.spark.streams.removeListener(self.listener)
         PY4J_LOG.removeFilter(QUIET_STOP)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark import java_gateway
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from streaming.core.config import SparkConfig
 from streaming.core.errors import ConfigError
@@ -171,3 +171,12 @@ def _python() -> str:
     import sys
 
     return sys.executable
+
+
+def unpersist(frames: list[DataFrame], start: int = 0) -> None:
+    """Unpersist ``frames[start:]``, each taken off the list only once Spark has let it go: a
+    release the job's stop interrupts (an ``InterruptedException`` in the batch's thread) leaves
+    the rest on the list, for the job to release once the query has ended."""
+    while len(frames) > start:
+        frames[-1].unpersist()
+        frames.pop()

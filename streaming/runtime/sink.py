@@ -71,6 +71,7 @@ from streaming.runtime.lease import Lease
 from streaming.runtime.metering import Cost, Meter
 from streaming.runtime.metrics import Metrics
 from streaming.runtime.parallel import Sessions
+from streaming.runtime.session import unpersist
 from streaming.runtime.sourcecolumns import SourceColumns
 from streaming.runtime.stopping import (
     BatchGate,
@@ -151,8 +152,9 @@ class Sink:
     _feed_batch: FeedBatch | None = field(default=None, init=False)
     """The running batch's change feeds (their staged rows are read by its waves)."""
     _held: list[DataFrame] = field(default_factory=list, init=False)
-    """The batch's cached change rows (``loads.load_wave``), unpersisted when it ends: history
-    is appended after every wave, and a first load's is computed from them."""
+    """The batch's cached frames — its change feeds' decoded and staged events
+    (``runtime.feeds``), its change rows (``loads.load_wave``) — unpersisted when it ends:
+    history is appended after every wave, and a first load's is computed from them."""
 
     def __post_init__(self) -> None:
         self.sessions = Sessions(self.spark, self.writers)
@@ -385,6 +387,7 @@ class Sink:
             query=self.query_key,
             replay_possible=replay_possible,
             committed=self._ledger_holds,
+            cached=self._held,
         )
         for feed in self.feeds:
             shapes = feeds.shapes.get(feed.name, [])
@@ -525,10 +528,13 @@ class Sink:
         )
 
     def _release(self, start: int = 0) -> None:
-        """Unpersist the batch's cached change rows from the ``start``-th on."""
-        for frame in self._held[start:]:
-            frame.unpersist()
-        del self._held[start:]
+        """Unpersist the batch's cached frames from the ``start``-th on."""
+        unpersist(self._held, start)
+
+    def release(self) -> None:
+        """Let go what a batch left cached: its release interrupted by the job's stop (called
+        once the query has ended)."""
+        self._release()
 
     def _apply_segment(
         self,

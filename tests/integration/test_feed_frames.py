@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from streaming.core.catalog import parse_dataset
 from streaming.core.changefeed import Feed, Received, decode_json_value
@@ -145,3 +145,44 @@ def test_spark_decides_and_stages_as_the_python_reference(
         assert waiting.count() == sum(t.records for t in expected.waiting) == 8
     finally:
         batch.release()
+
+
+def test_a_release_the_stop_interrupts_leaves_the_rest_listed_for_later(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job's stop interrupts a batch in its thread, possibly inside ``unpersist``
+    (``InterruptedException``; seen in test_debezium_mariadb): what is not let go stays on the
+    list it was cached in, and the job releases it once the query has ended."""
+    records = scenario()
+    frame = spark.createDataFrame(
+        [("changes", r.topic, r.partition, r.offset, r.timestamp, r.key, r.value) for r in records],
+        "kind string, name string, partition int, offset long, mtime timestamp, key binary, "
+        "payload binary",
+    )
+    feeds = ChangeFeeds(
+        spark, [feed()], decode_json_value, Layout(str(tmp_path), "c"), Waiting(count=0)
+    )
+    held: list[Any] = []
+    batch = feeds.open(
+        frame, 0, T0, query="q", replay_possible=False, committed=lambda ids: (), cached=held
+    )
+    assert len(held) == 2  # the decoded records and the staged events
+    manager = spark._jsparkSession.sharedState().cacheManager()
+    assert not manager.isEmpty()
+    classic = type(held[0])  # Spark 4's classic DataFrame, not the API class
+    real = classic.unpersist
+    calls = []
+
+    def interrupted(self: DataFrame, blocking: bool = False) -> DataFrame:
+        calls.append(self)
+        if len(calls) == 2:
+            raise RuntimeError("java.lang.InterruptedException")
+        return real(self, blocking)
+
+    monkeypatch.setattr(classic, "unpersist", interrupted)
+    with pytest.raises(RuntimeError, match="InterruptedException"):
+        batch.release()
+    assert held == [calls[1]] and not manager.isEmpty()
+    monkeypatch.setattr(classic, "unpersist", real)
+    batch.release()
+    assert held == [] and manager.isEmpty()
