@@ -31,8 +31,6 @@ from streaming.apply.objects import TableResult, append_history, apply_to_object
 from streaming.core.batch import (
     Admitted,
     RawRequest,
-    Refused,
-    Repeated,
     RequestDecoder,
     Verdict,
     decode_json_request,
@@ -60,9 +58,10 @@ from streaming.core.faults import crash_point
 from streaming.core.feedevents import Ready
 from streaming.core.fold import EFFECTS, Effect
 from streaming.core.layout import Layout, ObjectTable
-from streaming.core.outcomes import ActionOutcome, ErrorInfo, Outcome, Status
-from streaming.core.plan import Events, Load, PlannedTransaction, plan_transaction
+from streaming.core.outcomes import Outcome, Status
+from streaming.core.plan import Load, PlannedTransaction, plan_transaction
 from streaming.core.requests import Operation
+from streaming.core.results import batch_outcomes
 from streaming.core.steps import segments, waves
 from streaming.inputs.loads import Loaded, changes_only, load_wave
 from streaming.inputs.reader import Reader
@@ -359,7 +358,9 @@ class Sink:
             self._fence()
             commit = timeline.commit()
             valid = [p for p in planned if p.request.transaction_id not in rejected]
-            outcomes = self._outcomes(verdicts, valid, rejected, applied, commit)
+            outcomes = batch_outcomes(
+                verdicts, valid, rejected, applied.failed, applied.loads, commit.batch_id, commit.at
+            )
             self._record(verdicts, outcomes, rejected, applied.history, commit, feeds)
         finally:
             self._release()
@@ -697,38 +698,6 @@ class Sink:
                 counts = records.insert_records(self.spark, changes, path, commit)
                 _count(done, inserts, counts, timeline.wrote(path, commit))
 
-    def _outcomes(
-        self,
-        verdicts: Sequence[Verdict],
-        valid: Sequence[PlannedTransaction],
-        rejected: Mapping[str, RejectedError],
-        applied: Applied,
-        commit: BatchCommit,
-    ) -> list[Outcome]:
-        plans = {p.request.transaction_id: p for p in valid}
-        first: dict[str, Outcome] = {}
-        outcomes: list[Outcome] = []
-        for verdict in verdicts:
-            if isinstance(verdict, Refused):
-                request = verdict.request
-                outcome = _outcome(verdict.raw, commit, Status.REJECTED, verdict.error)
-                outcome.transaction_id = verdict.transaction_id
-                outcome.dataset = request.dataset if request else None
-            elif isinstance(verdict, Repeated):
-                outcome = _duplicate(verdict, first, commit)
-            else:
-                tid = verdict.request.transaction_id
-                if tid in rejected:
-                    outcome = _outcome(verdict.raw, commit, Status.REJECTED, rejected[tid])
-                elif tid in applied.failed:
-                    outcome = _outcome(verdict.raw, commit, Status.FAILED, applied.failed[tid])
-                else:
-                    outcome = _committed(verdict.raw, plans[tid], applied, commit)
-                outcome.transaction_id, outcome.dataset = tid, verdict.request.dataset
-                first[tid] = outcome
-            outcomes.append(outcome)
-        return outcomes
-
     def _record(
         self,
         verdicts: Sequence[Verdict],
@@ -902,54 +871,6 @@ def _union(frames: Sequence[DataFrame]) -> DataFrame:
     for df in frames[1:]:
         out = out.unionByName(df)
     return out
-
-
-def _committed(
-    raw: RawRequest, plan: PlannedTransaction, applied: Applied, commit: BatchCommit
-) -> Outcome:
-    outcome = _outcome(raw, commit, Status.COMMITTED)
-    for load in plan.loads:
-        counts, version = applied.loads[load.ordinal]
-        events = load.source if isinstance(load.source, Events) else None
-        outcome.actions.append(
-            ActionOutcome(
-                index=load.action_index,
-                operation="TRUNCATE" if events and events.truncate else load.operation.value,
-                target=load.schema.name,
-                unavailable=events.unavailable if events else 0,
-                **counts,
-            )
-        )
-        outcome.table_versions[load.schema.name] = version
-    outcome.committed_at = commit.at
-    return outcome
-
-
-def _outcome(
-    raw: RawRequest, commit: BatchCommit, status: Status, error: CdcError | None = None
-) -> Outcome:
-    """An outcome of this batch for the request ``raw``, without transaction details yet."""
-    return Outcome(
-        transaction_id=None,
-        status=status,
-        error=ErrorInfo(code=error.code, message=error.message) if error else None,
-        batch_id=commit.batch_id,
-        source=str(raw.position),
-        received_at=raw.received_at,
-    )
-
-
-def _duplicate(verdict: Repeated, first: Mapping[str, Outcome], commit: BatchCommit) -> Outcome:
-    """A repeat: DUPLICATE of a committed original (its counts repeated), else the same fate."""
-    tid = verdict.request.transaction_id
-    original = Outcome.from_json(verdict.earlier.outcome_json) if verdict.earlier else first[tid]
-    outcome = original.model_copy(deep=True)
-    if original.status is Status.COMMITTED:
-        outcome.status = Status.DUPLICATE
-    outcome.batch_id = commit.batch_id
-    outcome.source = str(verdict.raw.position)
-    outcome.received_at = verdict.raw.received_at
-    return outcome
 
 
 def _store_trouble(error: BaseException) -> bool:
