@@ -29,6 +29,7 @@ included — never overwrites a newer one, and a delete leaves a tombstone).
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -302,12 +303,16 @@ def _row(
     return {k: connect_value(v, schemas.get(k)) for k, v in values.items()}
 
 
-def _placeholders(placeholder: str) -> tuple[str, bytes]:
-    """Debezium's placeholder as text and as bytes (a ``hex:`` value is given as bytes)."""
+@functools.lru_cache(maxsize=64)
+def _placeholders(placeholder: str) -> tuple[str, bytes, str]:
+    """Debezium's placeholder as text, as bytes (a ``hex:`` value is given as bytes) and as
+    base64 text (bytes in JSON); computed once per placeholder, not per value."""
     if placeholder.startswith("hex:"):
         raw = bytes.fromhex(placeholder[4:])
-        return raw.decode("utf-8", errors="replace"), raw
-    return placeholder, placeholder.encode("utf-8")
+        text = raw.decode("utf-8", errors="replace")
+    else:
+        text, raw = placeholder, placeholder.encode("utf-8")
+    return text, raw, base64.b64encode(raw).decode("ascii")
 
 
 def is_unavailable(value: Any, placeholder: str, schema: Mapping[str, Any] | None = None) -> bool:
@@ -316,10 +321,9 @@ def is_unavailable(value: Any, placeholder: str, schema: Mapping[str, Any] | Non
     one-element array (text and binary arrays), as the placeholder's bytes as numbers (integer
     arrays), or as a one-entry map (hstore). ``schema``: the column's Connect schema, if any (a
     base64 text is taken for bytes only where the schema says bytes, or where there is none)."""
-    if value is None:
+    if value is None or isinstance(value, int | float):  # numbers and booleans never are
         return False
-    text, raw = _placeholders(placeholder)
-    encoded = base64.b64encode(raw).decode("ascii")
+    text, raw, encoded = _placeholders(placeholder)
     kind = (schema or {}).get("type")
     if isinstance(value, str):
         return value == text or (value == encoded and kind in (None, "bytes"))
