@@ -20,7 +20,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from streaming.core.config import SparkConfig
 from streaming.core.errors import ConfigError
+from streaming.core.versions import check_platform
 from streaming.platform.spark import jvm_ignores_stop_signals
+from streaming.platform.versions import running
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_JARS_DIR = PROJECT_ROOT / "jars" / "spark"
@@ -110,7 +112,9 @@ def session_conf(cfg: SparkConfig, *, verbose: bool = False) -> dict[str, str]:
 
 
 def build_session(cfg: SparkConfig, *, verbose: bool = False) -> SparkSession:
-    """Create (or return the running) SparkSession configured for Delta and Kafka."""
+    """Create (or return the running) SparkSession configured for Delta and Kafka, or
+    ``UnsupportedPlatform`` if it runs a Spark or Delta this code does not support
+    (``core.versions``)."""
     builder = SparkSession.builder.appName(cfg.app_name)
     if cfg.master:
         builder = builder.master(cfg.master)
@@ -126,6 +130,7 @@ def build_session(cfg: SparkConfig, *, verbose: bool = False) -> SparkSession:
     with jvm_ignores_stop_signals():
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel(cfg.conf.get("cdc.log.level", "WARN"))
+    check_platform(running(session))  # UNSUPPORTED_PLATFORM: other Spark or Delta releases
     return session
 
 
