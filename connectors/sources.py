@@ -205,14 +205,8 @@ def _listed_files(spark: SparkSession, folder: str, name: str) -> list[str]:
 def _taken_files(spark: SparkSession, checkpoint: str) -> list[str]:
     """Every file the checkpoint's file sources logged (Kafka sources log none)."""
     root = f"{checkpoint.rstrip('/')}/sources"
-    if not hadoop.exists(spark, root):
-        return []
     files: list[str] = []
-    for source in hadoop.subfolders(spark, root):
-        texts = {
-            name: hadoop.read_text(spark, f"{source.rstrip('/')}/{name}")
-            for name in source_log_files(hadoop.names(spark, source))
-        }
+    for texts in hadoop.subfolder_texts(spark, root, source_log_files):
         files += source_log_paths(texts)
     return files
 

@@ -75,27 +75,30 @@ def first_line(spark: SparkSession, path: str) -> str | None:
     return None if line is None else str(line)
 
 
-def read_text(spark: SparkSession, path: str) -> str:
-    """The whole file as UTF-8 text, in one call (Commons IO's ``IOUtils.toString``)."""
+def subfolder_texts(
+    spark: SparkSession, path: str, choose: Callable[[list[str]], list[str]]
+) -> list[dict[str, str]]:
+    """For each folder directly in ``path``, the texts of the files ``choose`` picks from the
+    names in it (name → UTF-8 text, read in one call each: Commons IO's ``IOUtils.toString``);
+    empty if ``path`` is not there (``exists``, ``listStatus``)."""
     jvm = _jvm(spark)
-    hpath, fs = _open(spark, path)
-    stream = fs.open(hpath)
-    try:
-        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-    finally:
-        stream.close()
-
-
-def subfolders(spark: SparkSession, path: str) -> list[str]:
-    """The folders directly in ``path`` (``listStatus``), as Hadoop writes their URIs."""
-    hpath, fs = _open(spark, path)
-    return [str(s.getPath().toString()) for s in fs.listStatus(hpath) if s.isDirectory()]
-
-
-def names(spark: SparkSession, path: str) -> list[str]:
-    """The names of the entries directly in the folder ``path`` (``listStatus``)."""
-    hpath, fs = _open(spark, path)
-    return [str(status.getPath().getName()) for status in fs.listStatus(hpath)]
+    root, fs = _open(spark, path)
+    if not fs.exists(root):
+        return []
+    found: list[dict[str, str]] = []
+    for folder in fs.listStatus(root):
+        if not folder.isDirectory():
+            continue
+        names = [str(status.getPath().getName()) for status in fs.listStatus(folder.getPath())]
+        texts = {}
+        for name in choose(names):
+            stream = fs.open(jvm.org.apache.hadoop.fs.Path(folder.getPath(), name))
+            try:
+                texts[name] = str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+            finally:
+                stream.close()
+        found.append(texts)
+    return found
 
 
 def data_files(spark: SparkSession, path: str, visible: Callable[[str], bool]) -> list[str]:
