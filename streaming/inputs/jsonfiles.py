@@ -46,7 +46,6 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from connectors.kafka_check import java_text
 from streaming.core.catalog import SchemaDef
 from streaming.core.changes import SEQ_SHIFT
 from streaming.core.errors import RejectedError, StorageUnavailable
@@ -55,6 +54,7 @@ from streaming.core.fold import ChangeKind
 from streaming.core.plan import Files, Load
 from streaming.core.requests import DataFormat, Operation
 from streaming.platform import hadoop
+from streaming.platform.exceptions import java_text
 from streaming.platform.spark import plan_size_bytes
 from streaming.storage.reuse import built_once
 from streaming.storage.schemas import spark_schema

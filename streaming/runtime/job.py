@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from connectors.avro import AvroRequestDecoder, ChangeDecoder, codec_for
-from connectors.kafka_check import CredentialWatch, check_kafka, java_text, refusal_in
+from connectors.kafka_check import CredentialWatch, check_kafka, refusal_in
 from connectors.kafka_io import OutcomePublisher, outcome_publisher
 from connectors.kafka_topics import TopicWatch, read_topics, require_topic
 from connectors.sources import (
@@ -38,6 +38,7 @@ from streaming.core.failures import query_failure
 from streaming.core.layout import CURRENT_FILE_MIB, Layout
 from streaming.core.sourceschema import with_evolved
 from streaming.platform import hadoop
+from streaming.platform.exceptions import java_text
 from streaming.platform.spark import CALLBACK_LOGGER, kill_driver_jvm
 from streaming.runtime.lease import Lease
 from streaming.runtime.metrics import Exporter, Metrics, serve

@@ -24,7 +24,6 @@ from typing import Literal
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from connectors.kafka_check import java_text
 from connectors.sources import passed_over_dms_files, to_raw_requests
 from streaming.apply import records
 from streaming.apply.objects import TableResult, append_history, apply_to_object_table
@@ -67,6 +66,7 @@ from streaming.core.steps import segments, waves
 from streaming.inputs.loads import Loaded, changes_only, load_wave
 from streaming.inputs.reader import Reader
 from streaming.platform import hadoop
+from streaming.platform.exceptions import java_text
 from streaming.runtime.feeds import ChangeFeeds, FeedBatch
 from streaming.runtime.lease import Lease
 from streaming.runtime.metering import Cost, Meter
