@@ -1,7 +1,8 @@
 """Reads of a Delta table's log on the driver: versions, sizes, file statistics, recent commits.
 
-Each answers from Delta's ``DeltaLog`` in the JVM (cached per path) without a Spark job where it
-can, which is what keeps a small batch's cost in its writes rather than its bookkeeping.
+Each answers from Delta's ``DeltaLog`` in the JVM (cached per path; read in ``platform.delta``)
+without a Spark job where it can, which is what keeps a small batch's cost in its writes rather
+than its bookkeeping.
 """
 
 from __future__ import annotations
