@@ -26,6 +26,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from streaming.core.config import KafkaConfig
 from streaming.core.errors import CdcError, ConfigError
 from streaming.core.redact import option_secrets, redact_options, scrub
+from streaming.platform.exceptions import java_text
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -149,21 +150,6 @@ def java_refusal(text: str) -> str | None:
     if match is None:
         return None
     return f"{match.group(1)}: {match.group(2) or ''}".strip().rstrip(":")
-
-
-def java_text(error: BaseException) -> str:
-    """The text of a Java exception raised through py4j or PySpark, its causes included."""
-    parts = [str(error)]
-    java = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
-    for _ in range(10):
-        if java is None:
-            break
-        try:
-            parts.append(str(java.toString()))
-            java = java.getCause()
-        except Exception:  # a py4j object that cannot be asked: the text so far is enough
-            break
-    return "\n".join(parts)
 
 
 def exact_names(topics: Iterable[str]) -> str:

@@ -42,6 +42,8 @@ from connectors.kafka_check import exact_names, kafka_source_options
 from streaming.core.batch import RawRequest, SourcePosition, split_landing_file
 from streaming.core.changefeed import Received
 from streaming.core.config import KafkaConfig, LandingConfig
+from streaming.platform import hadoop
+from streaming.platform.spark import batch_root_paths, input_files
 
 log = logging.getLogger(__name__)
 
@@ -189,10 +191,7 @@ def unread_landing_files(
 
 
 def _listed_files(spark: SparkSession, folder: str, name: str) -> list[str]:
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    path = jvm.org.apache.hadoop.fs.Path(folder)
-    if not path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(path):
+    if not hadoop.exists(spark, folder):
         return []
     frame = (
         spark.read.format("binaryFile")
@@ -200,31 +199,14 @@ def _listed_files(spark: SparkSession, folder: str, name: str) -> list[str]:
         .options(**_file_options(LANDING_GLOBS[name]))
         .load(folder)
     )
-    # One py4j call for the whole list, not one per file (Hadoop's join takes a String[]).
-    joined = str(jvm.org.apache.hadoop.util.StringUtils.join("\n", frame._jdf.inputFiles()))
-    return [p for p in joined.split("\n") if p]
+    return input_files(frame)
 
 
 def _taken_files(spark: SparkSession, checkpoint: str) -> list[str]:
     """Every file the checkpoint's file sources logged (Kafka sources log none)."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    root = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/sources")
-    fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    if not fs.exists(root):
-        return []
+    root = f"{checkpoint.rstrip('/')}/sources"
     files: list[str] = []
-    for source in fs.listStatus(root):
-        if not source.isDirectory():
-            continue
-        names = [str(status.getPath().getName()) for status in fs.listStatus(source.getPath())]
-        texts = {}
-        for name in source_log_files(names):
-            stream = fs.open(jvm.org.apache.hadoop.fs.Path(source.getPath(), name))
-            try:
-                texts[name] = str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-            finally:
-                stream.close()
+    for texts in hadoop.subfolder_texts(spark, root, source_log_files):
         files += source_log_paths(texts)
     return files
 
@@ -303,17 +285,10 @@ def passed_over_dms_files(
     )
     if not listed:
         return []
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
     found: list[Row] = []
     for path in listed:
-        hpath = jvm.org.apache.hadoop.fs.Path(path)
-        fs = hpath.getFileSystem(conf)
-        mtime = None
-        if fs.exists(hpath):
-            millis = fs.getFileStatus(hpath).getModificationTime()
-            mtime = datetime.fromtimestamp(millis / 1000, UTC)
+        millis = hadoop.modified_ms(spark, path)
+        mtime = None if millis is None else datetime.fromtimestamp(millis / 1000, UTC)
         found.append(
             Row(kind="dms", name=path, partition=0, offset=0, mtime=mtime, key=None, payload=b"")
         )
@@ -331,29 +306,15 @@ def _batch_files(spark: SparkSession, query: str, batch_id: int) -> list[str]:
     active = next((q for q in spark.streams.active if q.name == query), None)
     if active is None:
         return []
-    files: list[str] = []
     try:
-        execution = active._jsq.streamingQuery().lastExecution()
-        if execution is None or execution.currentBatchId() != batch_id:
-            return []
-        leaves = execution.analyzed().collectLeaves()
-        for i in range(leaves.size()):
-            leaf = leaves.apply(i)
-            if leaf.getClass().getSimpleName() != "LogicalRelation":
-                continue
-            relation = leaf.relation()
-            if relation.getClass().getSimpleName() == "HadoopFsRelation":
-                # One string, not a py4j call per file of the batch (landing files included).
-                joined = relation.location().rootPaths().mkString("\n")
-                files.extend(f for f in joined.split("\n") if f)
-    except Exception as e:  # py4j: a method Spark no longer has
+        return batch_root_paths(active, batch_id)
+    except Exception as e:  # a method Spark no longer has
         log.warning(
             "batch %s: the files it listed are unknown (%s): an empty file gets no outcome",
             batch_id,
             str(e).splitlines()[0],
         )
         return []
-    return files
 
 
 def _utc(value: datetime | None) -> datetime:

@@ -70,6 +70,7 @@ from streaming.core.faults import crash_point
 from streaming.core.fold import Change, ChangeKind, Effect, Folded, Stored, fold
 from streaming.core.layout import ObjectTable
 from streaming.core.spans import Span, covering, keys_spans, spans
+from streaming.platform.spark import auto_broadcast_threshold, driver_max_heap
 from streaming.storage.commits import BatchCommit, append, idempotent, session_conf
 from streaming.storage.log import holds_no_rows, id_ranges, latest_version
 from streaming.storage.retry import on_conflict_retry
@@ -228,11 +229,9 @@ def broadcast_limit(spark: SparkSession) -> int:
     at most a sixteenth of the driver's heap (the driver collects the source and builds its
     hash table), and -1 — never — when the session turns broadcast joins off
     (``spark.sql.autoBroadcastJoinThreshold = -1``)."""
-    if spark._jsparkSession.sessionState().conf().autoBroadcastJoinThreshold() < 0:
+    if auto_broadcast_threshold(spark) < 0:
         return -1
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    heap = int(jvm.java.lang.Runtime.getRuntime().maxMemory())
+    heap = driver_max_heap(spark)
     return min(MERGE_BROADCAST_MAX_BYTES, heap // 16)
 
 

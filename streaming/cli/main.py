@@ -44,8 +44,8 @@ def _config(args: argparse.Namespace) -> AppConfig:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from connectors.kafka_check import java_text
     from streaming.core.failures import storage_failure
+    from streaming.platform.exceptions import java_text
     from streaming.runtime.job import Job, end_now, storage_of
     from streaming.runtime.session import build_session
 

@@ -92,3 +92,10 @@ class StorageUnavailable(CdcError):
     ends with this code."""
 
     code = "STORAGE_UNAVAILABLE"
+
+
+class UnsupportedPlatform(CdcError):
+    """The running Spark or Delta is not a version this code supports (``core.versions``): the
+    job refuses to start. The message names what runs, what is supported and what to do."""
+
+    code = "UNSUPPORTED_PLATFORM"

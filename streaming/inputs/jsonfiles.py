@@ -46,7 +46,6 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from connectors.kafka_check import java_text
 from streaming.core.catalog import SchemaDef
 from streaming.core.changes import SEQ_SHIFT
 from streaming.core.errors import RejectedError, StorageUnavailable
@@ -54,6 +53,9 @@ from streaming.core.failures import cause, store_trouble
 from streaming.core.fold import ChangeKind
 from streaming.core.plan import Files, Load
 from streaming.core.requests import DataFormat, Operation
+from streaming.platform import hadoop
+from streaming.platform.exceptions import java_text
+from streaming.platform.spark import plan_size_bytes
 from streaming.storage.reuse import built_once
 from streaming.storage.schemas import spark_schema
 
@@ -141,7 +143,7 @@ def read_json_loads(
     # Cached by the job that finds the keys, so that the check job reads the records from
     # memory instead of opening every file again (500 small files: the check job 1.7 → 1.2 s).
     lines = spark.read.text(everything)
-    size = int(lines._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())  # the files'
+    size = plan_size_bytes(lines)  # the files'
     text = (
         lines.select(
             F.col("_metadata.file_path").alias(_FILE),
@@ -366,8 +368,6 @@ def local_or_hadoop_lister(spark: SparkSession) -> Lister:
     """List a location's data files as Spark's file sources would: the location itself if it
     is a file, else the files directly in it, without hidden (``.``) and metadata (``_``)
     files."""
-    jvm = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
 
     def visible(name: str) -> bool:
         return not name.startswith((".", "_"))
@@ -380,15 +380,6 @@ def local_or_hadoop_lister(spark: SparkSession) -> Lister:
                 return sorted(
                     os.path.abspath(e.path) for e in entries if e.is_file() and visible(e.name)
                 )
-        hpath = jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
-        fs = hpath.getFileSystem(conf)
-        status = fs.getFileStatus(hpath)
-        if not status.isDirectory():
-            return [str(status.getPath().toString())]
-        return sorted(
-            str(s.getPath().toString())
-            for s in fs.listStatus(hpath)
-            if s.isFile() and visible(str(s.getPath().getName()))
-        )
+        return hadoop.data_files(spark, path, visible)
 
     return listing

@@ -64,6 +64,7 @@ from streaming.inputs.jsonfiles import (
     read_json_loads,
 )
 from streaming.inputs.reader import Reader, filtered
+from streaming.platform import hadoop
 from streaming.storage.schemas import spark_schema
 from streaming.storage.tables import one_of
 
@@ -127,18 +128,7 @@ def _frame_bytes(spark: SparkSession, location: Location) -> tuple[int, bytes, b
             head = f.read(len(PARQUET_MAGIC))
             f.seek(max(0, size - PARQUET_TAIL))
             return size, head, f.read(PARQUET_TAIL)
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    path = jvm.org.apache.hadoop.fs.Path(location.path)
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    size = int(fs.getFileStatus(path).getLen())
-    stream = fs.open(path)
-    try:  # a byte[] comes back to Python as bytes
-        head = bytes(stream.readNBytes(min(len(PARQUET_MAGIC), size)))
-        stream.seek(max(0, size - PARQUET_TAIL))
-        return size, head, bytes(stream.readNBytes(min(PARQUET_TAIL, size)))
-    finally:
-        stream.close()
+    return hadoop.size_head_tail(spark, location.path, len(PARQUET_MAGIC), PARQUET_TAIL)
 
 
 def _one_file(files: Files) -> bool:

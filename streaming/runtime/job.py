@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from connectors.avro import AvroRequestDecoder, ChangeDecoder, codec_for
-from connectors.kafka_check import CredentialWatch, check_kafka, java_text, refusal_in
+from connectors.kafka_check import CredentialWatch, check_kafka, refusal_in
 from connectors.kafka_io import OutcomePublisher, outcome_publisher
 from connectors.kafka_topics import TopicWatch, read_topics, require_topic
 from connectors.sources import (
@@ -37,6 +37,9 @@ from streaming.core.errors import CdcError, ConfigError
 from streaming.core.failures import query_failure
 from streaming.core.layout import CURRENT_FILE_MIB, Layout
 from streaming.core.sourceschema import with_evolved
+from streaming.platform import hadoop
+from streaming.platform.exceptions import java_text
+from streaming.platform.spark import CALLBACK_LOGGER, kill_driver_jvm
 from streaming.runtime.lease import Lease
 from streaming.runtime.metrics import Exporter, Metrics, serve
 from streaming.runtime.observe import ProgressListener
@@ -65,7 +68,7 @@ from streaming.storage.tables import add_missing_columns, ensure_table
 
 log = logging.getLogger(__name__)
 
-PY4J_LOG = logging.getLogger("py4j.clientserver")
+PY4J_LOG = logging.getLogger(CALLBACK_LOGGER)
 QUIET_STOP = QuietStop()
 """Hides py4j's report of a batch refused by a stopping job (``stopping.QuietStop``) while a
 query of a job runs."""
@@ -114,12 +117,7 @@ def _ensure_dir(spark: SparkSession, path: str) -> str:
     if "://" not in path:
         os.makedirs(path, exist_ok=True)
         return path
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    if not fs.exists(hpath):
-        fs.mkdirs(hpath)
+    hadoop.ensure_dir(spark, path)
     return path
 
 
@@ -513,9 +511,5 @@ def end_now(spark: SparkSession, code: int = 0) -> NoReturn:
     logging.disable(logging.CRITICAL)
     sys.stderr.flush()
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
-    proc = getattr(spark.sparkContext._gateway, "proc", None)
-    if proc is not None:
-        proc.kill()
-        with contextlib.suppress(Exception):
-            proc.wait(timeout=10)
+    kill_driver_jvm(spark)
     os._exit(code)

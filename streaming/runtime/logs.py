@@ -17,9 +17,10 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from streaming.core.config import LogConfig
+from streaming.platform.spark import GATEWAY_LOGGER
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-QUIET_LOGGERS = ("py4j", "httpx2", "httpcore2", "httpx", "httpcore", "authlib")
+QUIET_LOGGERS = (GATEWAY_LOGGER, "httpx2", "httpcore2", "httpx", "httpcore", "authlib")
 """Third-party loggers kept at WARNING whatever the level: py4j logs every JVM call at DEBUG,
 the schema registry client's HTTP stack (httpx2) every request at INFO."""
 

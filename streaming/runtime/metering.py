@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
+from streaming.platform import spark as platform_spark
 from streaming.storage.log import known_version
 
 
@@ -42,4 +43,4 @@ class Meter:
 
 def next_job_id(spark: SparkSession) -> int:
     """The id Spark's scheduler gives its next job: job ids count up from 0 per application."""
-    return int(spark.sparkContext._jsc.sc().dagScheduler().nextJobId())
+    return platform_spark.next_job_id(spark)

@@ -13,19 +13,16 @@ process starts the JVM; a user's ``-Dlog4j2.configurationFile`` in
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
-from pyspark import java_gateway
 from pyspark.sql import DataFrame, SparkSession
 
 from streaming.core.config import SparkConfig
 from streaming.core.errors import ConfigError
+from streaming.core.versions import check_platform
+from streaming.platform.spark import jvm_ignores_stop_signals
+from streaming.platform.versions import running
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_JARS_DIR = PROJECT_ROOT / "jars" / "spark"
@@ -115,7 +112,9 @@ def session_conf(cfg: SparkConfig, *, verbose: bool = False) -> dict[str, str]:
 
 
 def build_session(cfg: SparkConfig, *, verbose: bool = False) -> SparkSession:
-    """Create (or return the running) SparkSession configured for Delta and Kafka."""
+    """Create (or return the running) SparkSession configured for Delta and Kafka, or
+    ``UnsupportedPlatform`` if it runs a Spark or Delta this code does not support
+    (``core.versions``)."""
     builder = SparkSession.builder.appName(cfg.app_name)
     if cfg.master:
         builder = builder.master(cfg.master)
@@ -128,43 +127,11 @@ def build_session(cfg: SparkConfig, *, verbose: bool = False) -> SparkSession:
         # The driver binds to 127.0.0.1 (_LOCAL_CONF); said here too, Spark does not look for
         # an outside address first (and warn that the hostname resolves to a loopback one).
         os.environ.setdefault("SPARK_LOCAL_IP", _LOCAL_CONF["spark.driver.bindAddress"])
-    with _jvm_ignores_stop_signals():
+    with jvm_ignores_stop_signals():
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel(cfg.conf.get("cdc.log.level", "WARN"))
+    check_platform(running(session))  # UNSUPPORTED_PLATFORM: other Spark or Delta releases
     return session
-
-
-@contextmanager
-def _jvm_ignores_stop_signals() -> Iterator[None]:
-    """A driver JVM this process starts meanwhile ignores SIGTERM, as PySpark has it ignore SIGINT:
-    the driver owns its lifetime. A supervisor that signals the whole process group (systemd's
-    ``KillMode=control-group``, supervisord's ``stopasgroup``, ``kill -TERM -<pgid>``) then
-    reaches only this process, whose clean stop (``runtime.stopping``) finishes the running
-    batch, stops Spark and exits; the JVM ends with it (PySpark's gateway exits when its stdin,
-    this process's pipe, closes). A JVM started with SIGTERM ignored installs no handler of its
-    own for it (HotSpot keeps an inherited ``SIG_IGN`` for its shutdown signals). SIGKILL and
-    SIGSTOP still reach both.
-
-    PySpark gives ``Popen`` its own ``preexec_fn`` (SIGINT ignored), replacing any the caller
-    passes: the ``Popen`` its gateway module calls is wrapped for the time of the launch, to
-    run that function and then ignore SIGTERM. Under spark-submit the JVM runs already, and
-    nothing is launched."""
-    original = java_gateway.Popen  # type: ignore[attr-defined]
-
-    class _Popen(subprocess.Popen[bytes]):
-        def __init__(self, *args: Any, preexec_fn: Callable[[], Any] | None = None, **kw: Any):
-            def ignore_stop_signals() -> None:
-                if preexec_fn is not None:
-                    preexec_fn()
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-            super().__init__(*args, preexec_fn=ignore_stop_signals, **kw)  # type: ignore[call-overload]
-
-    java_gateway.Popen = _Popen  # type: ignore[attr-defined, assignment]
-    try:
-        yield
-    finally:
-        java_gateway.Popen = original  # type: ignore[attr-defined]
 
 
 def _python() -> str:

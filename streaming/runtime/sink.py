@@ -24,7 +24,6 @@ from typing import Literal
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from connectors.kafka_check import java_text
 from connectors.sources import passed_over_dms_files, to_raw_requests
 from streaming.apply import records
 from streaming.apply.objects import TableResult, append_history, apply_to_object_table
@@ -65,6 +64,8 @@ from streaming.core.results import batch_outcomes
 from streaming.core.steps import segments, waves
 from streaming.inputs.loads import Loaded, changes_only, load_wave
 from streaming.inputs.reader import Reader
+from streaming.platform import hadoop
+from streaming.platform.exceptions import java_text
 from streaming.runtime.feeds import ChangeFeeds, FeedBatch
 from streaming.runtime.lease import Lease
 from streaming.runtime.metering import Cost, Meter
@@ -887,33 +888,19 @@ def _checkpoint_id(spark: SparkSession, checkpoint: str) -> str:
     """The id Spark gave the query's checkpoint (``<checkpoint>/metadata``): new for a new
     checkpoint, the same across restarts. Read on the driver (Hadoop's file system: local paths
     and s3a:// alike), not with a Spark job."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/metadata")
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(fs.open(path), "UTF-8"))
-    try:
-        line = reader.readLine()
-    finally:
-        reader.close()
+    line = hadoop.first_line(spark, f"{checkpoint.rstrip('/')}/metadata")
     assert line, f"no metadata in the checkpoint {checkpoint}"
     return str(json.loads(str(line))["id"])
 
 
 def _path_kind(spark: SparkSession) -> Callable[[str], Literal["dir", "file"] | None]:
     """Whether a path is a directory, a file or absent: local paths and Hadoop URIs (s3a://)."""
-    jvm = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
 
     def kind(path: str) -> Literal["dir", "file"] | None:
         if "://" not in path:
             if os.path.isdir(path):
                 return "dir"
             return "file" if os.path.isfile(path) else None
-        hpath = jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
-        fs = hpath.getFileSystem(conf)
-        if not fs.exists(hpath):
-            return None
-        return "dir" if fs.getFileStatus(hpath).isDirectory() else "file"
+        return hadoop.kind(spark, path)
 
     return kind

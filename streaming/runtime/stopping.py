@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from enum import Enum
 from types import FrameType
 
-from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from streaming.core.errors import CdcError
+from streaming.platform.spark import interruption_line, sleep_until_interrupted
 
 log = logging.getLogger(__name__)
 
@@ -234,14 +234,7 @@ def stop_interrupt(spark: SparkSession) -> str | None:
     Py4JJavaError itself with its Java stack trace: Spark matches the text with a regular
     expression that recurses once per character, and a whole stack trace overflows the stream
     thread's stack (``StackOverflowError``, printed by the JVM)."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    try:
-        jvm.java.lang.Thread.sleep(STOP_WAIT_MS)
-    except Py4JJavaError as e:
-        kind = type(e)
-        return f"{kind.__module__}.{kind.__qualname__}: {e.errmsg.rstrip()}\n: {e.java_exception}"
-    return None
+    return sleep_until_interrupted(spark, STOP_WAIT_MS)
 
 
 class BatchInterrupted(Exception):
@@ -258,13 +251,4 @@ def interruption(error: BaseException) -> str | None:
     """The interruption of the stream's thread an error of a JVM call is (a stopping query's
     ``InterruptedException``, or the I/O it cut short), as one short line; None for any other
     error."""
-    if not isinstance(error, Py4JJavaError):
-        return None
-    name = str(error.java_exception.getClass().getName())
-    if name not in (
-        "java.lang.InterruptedException",
-        "java.nio.channels.ClosedByInterruptException",
-    ):
-        return None
-    kind = type(error)
-    return f"{kind.__module__}.{kind.__qualname__}: {error.errmsg.rstrip()}\n: {name}"
+    return interruption_line(error)

@@ -25,13 +25,13 @@ import logging
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import urlsplit
 
-from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from streaming.core.lease import FOLDER, epoch_of, file_name
+from streaming.platform.hadoop import HadoopFolder
 
 log = logging.getLogger(__name__)
 
@@ -131,22 +131,15 @@ class LocalFiles:
             (self.folder / file_name(epoch)).unlink()
 
 
-def _java_class(error: Py4JJavaError) -> str:
-    return str(error.java_exception.getClass().getName())
-
-
 class HadoopFiles:
-    """Through Hadoop's ``FileSystem`` of the URI (s3a://, hdfs://, abfs://, …)."""
+    """Through Hadoop's ``FileSystem`` of the URI (s3a://, hdfs://, abfs://, …):
+    ``platform.hadoop.HadoopFolder``."""
 
     def __init__(self, spark: SparkSession, folder: str) -> None:
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        self.jvm = jvm
         self.where = folder
-        self.folder = jvm.org.apache.hadoop.fs.Path(folder)
-        self.fs = self.folder.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-        self.conditional = bool(self.fs.hasPathCapability(self.folder, CONDITIONAL_CREATE))
-        self.atomic = self.conditional or str(self.fs.getScheme()) == "hdfs"
+        self.files = HadoopFolder(spark, folder)
+        self.conditional = self.files.has_capability(CONDITIONAL_CREATE)
+        self.atomic = self.conditional or self.files.scheme == "hdfs"
         if not self.atomic:
             log.warning(
                 "%s: the store does not declare conditional creates (%s): a lease is taken by "
@@ -155,58 +148,19 @@ class HadoopFiles:
                 CONDITIONAL_CREATE,
             )
 
-    def _path(self, epoch: int) -> Any:
-        return self.jvm.org.apache.hadoop.fs.Path(self.folder, file_name(epoch))
-
     def epochs(self) -> list[int]:
-        try:
-            statuses = self.fs.listStatus(self.folder)
-        except Py4JJavaError as e:
-            if _java_class(e) == "java.io.FileNotFoundException":
-                return []
-            raise
-        names = (str(status.getPath().getName()) for status in statuses)
+        names = self.files.names() or []
         return sorted(e for e in map(epoch_of, names) if e is not None)
 
     def read(self, epoch: int) -> str | None:
-        try:
-            stream = self.fs.open(self._path(epoch))
-        except Py4JJavaError as e:
-            if _java_class(e) == "java.io.FileNotFoundException":
-                return None
-            raise
-        io = self.jvm.java.io
-        reader = io.BufferedReader(io.InputStreamReader(stream, "UTF-8"))
-        try:
-            lines = []
-            while (line := reader.readLine()) is not None:
-                lines.append(str(line))
-        finally:
-            reader.close()
-        return "\n".join(lines)
-
-    def _write(self, stream: Any, text: str) -> None:
-        try:
-            stream.write(bytearray(text.encode("utf-8")))
-        finally:
-            stream.close()  # a conditional create is decided here
+        return self.files.read(file_name(epoch))
 
     def create(self, epoch: int, text: str) -> bool:
-        path = self._path(epoch)
-        try:
-            if self.conditional:
-                builder = self.fs.createFile(path).must(CONDITIONAL_CREATE, True)
-                self._write(builder.create().build(), text)
-            else:
-                self._write(self.fs.create(path, False), text)
-        except Py4JJavaError as e:
-            if _java_class(e) in EXISTS:
-                return False
-            raise
-        return True
+        must = CONDITIONAL_CREATE if self.conditional else None
+        return self.files.create(file_name(epoch), text, must=must, exists=EXISTS)
 
     def write(self, epoch: int, text: str) -> None:
-        self._write(self.fs.create(self._path(epoch), True), text)
+        self.files.write(file_name(epoch), text)
 
     def delete(self, epoch: int) -> None:
-        self.fs.delete(self._path(epoch), False)
+        self.files.delete(file_name(epoch))

@@ -1,7 +1,8 @@
 """Reads of a Delta table's log on the driver: versions, sizes, file statistics, recent commits.
 
-Each answers from Delta's ``DeltaLog`` in the JVM (cached per path) without a Spark job where it
-can, which is what keeps a small batch's cost in its writes rather than its bookkeeping.
+Each answers from Delta's ``DeltaLog`` in the JVM (cached per path; read in ``platform.delta``)
+without a Spark job where it can, which is what keeps a small batch's cost in its writes rather
+than its bookkeeping.
 """
 
 from __future__ import annotations
@@ -10,121 +11,34 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from py4j.protocol import Py4JJavaError
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     StructType,
 )
 
 from streaming.core.upkeep import small_files
+from streaming.platform import delta
 from streaming.storage.tables import read_table
-
-
-def _delta_log(spark: SparkSession, path: str) -> Any:
-    """Delta's ``DeltaLog`` of the table at ``path`` (cached by Delta per path, in the JVM)."""
-    jvm = spark._jvm
-    assert jvm is not None
-    return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
 
 
 def latest_version(spark: SparkSession, path: str) -> int:
     """The table's latest version, from its log on the driver (no Spark job, unlike
-    ``DeltaTable.history``).
-
-    When this process holds the snapshot at version v (as after its own last commit), v's commit
-    file is still there and v + 1's is not, v is the latest: two existence checks. Otherwise —
-    and always where a commit may be durable before its commit file is (a configured log store
-    such as S3 + DynamoDB, a table with a commit coordinator) — Delta's own update, which lists
-    the whole ``_delta_log`` folder on a Hadoop file system: every commit the log's retention
-    keeps, costing more with every commit (on a local disk ~10 ms at 450 entries, ~50 ms at
-    2,700).
-
-    A stopping query interrupts the stream's thread; Delta's update waits on its snapshot lock
-    interruptibly and fails there. The existence checks do not wait, so on an interrupted thread
-    this takes Delta's update too: the stop lands here as before (``test_clean_stop``)."""
-    jvm = spark._jvm
-    assert jvm is not None
-    log = _delta_log(spark, path)
-    snapshot = log.unsafeVolatileSnapshot()
-    held = int(snapshot.version())
-    if held >= 0 and _files_are_commits(log, snapshot, path):
-        fs = log.logPath().getFileSystem(log.newDeltaHadoopConf())
-        if (
-            fs.exists(_commit_file(spark, log, held))
-            and not fs.exists(_commit_file(spark, log, held + 1))
-            and not jvm.java.lang.Thread.currentThread().isInterrupted()
-        ):
-            return held
-    empty = jvm.scala.Option.empty()
-    return int(log.update(False, empty, empty).version())
-
-
-_ATOMIC_LOG_STORES = frozenset(
-    f"{package}.{name}"
-    for package in ("io.delta.storage", "org.apache.spark.sql.delta.storage")
-    for name in (
-        "HDFSLogStore",
-        "LocalLogStore",
-        "S3SingleDriverLogStore",
-        "AzureLogStore",
-        "GCSLogStore",
-    )
-)
-"""Delta's log stores whose commit file appears whole when the commit happens (a rename, or a
-put that is visible at once): a commit is there when its file is."""
-
-_atomic_store: dict[str, bool] = {}
-"""Path → whether its log store is one of ``_ATOMIC_LOG_STORES`` (fixed for a path in a session)."""
-
-
-def _files_are_commits(log: Any, snapshot: Any, path: str) -> bool:
-    """Whether the table's commits are exactly its ``_delta_log/<v>.json`` files: its log store
-    is one of Delta's own that writes a commit file whole (not, e.g., S3 + DynamoDB, where a
-    commit can be in the table before its file is) and it has no commit coordinator (whose
-    commits are backfilled into the log later)."""
-    known = _atomic_store.get(path)
-    if known is None:
-        store = log.store()
-        if store.getClass().getSimpleName() == "DelegatingLogStore":
-            store = store.getDelegate(log.logPath())
-        if store.getClass().getSimpleName() == "LogStoreAdaptor":
-            store = store.logStoreImpl()
-        known = str(store.getClass().getName()) in _ATOMIC_LOG_STORES
-        _atomic_store[path] = known
-    return known and bool(snapshot.tableCommitCoordinatorClientOpt().isEmpty())
-
-
-def _commit_file(spark: SparkSession, log: Any, version: int) -> Any:
-    """The Hadoop path of the table's commit file of ``version``: ``_delta_log/<v>.json``, v in
-    20 digits."""
-    jvm = spark._jvm
-    assert jvm is not None
-    return jvm.org.apache.hadoop.fs.Path(log.logPath(), f"{version:020d}.json")
+    ``DeltaTable.history``): ``platform.delta.latest_version``."""
+    return delta.latest_version(spark, path)
 
 
 def known_version(spark: SparkSession, path: str) -> int:
     """The latest version this process has seen of the table (its own commits included),
     without reading the log: for metrics, never for deciding what to read."""
-    return int(_delta_log(spark, path).unsafeVolatileSnapshot().version())
-
-
-def _held_snapshot(spark: SparkSession, path: str, version: int) -> Any:
-    """Delta's snapshot of the table that this process holds, if it is the one at ``version``
-    (as after its own last commit), else None: read without a Spark job or a log listing."""
-    snapshot = _delta_log(spark, path).unsafeVolatileSnapshot()
-    return snapshot if int(snapshot.version()) == version else None
+    return delta.known_version(spark, path)
 
 
 def known_size(spark: SparkSession, path: str, version: int) -> int | None:
     """The table's size in bytes at ``version`` if Delta knows it without a Spark job — from the
     checksum of the snapshot this process holds, when that is the one at ``version`` — else
     None."""
-    snapshot = _held_snapshot(spark, path, version)
-    if snapshot is None:
-        return None
-    checksum = snapshot.checksumOpt()
-    return int(checksum.get().tableSizeBytes()) if checksum.isDefined() else None
+    return delta.held_size(spark, path, version)
 
 
 STATS_PREFIX = 32
@@ -138,13 +52,12 @@ def id_ranges(spark: SparkSession, path: str, version: int) -> list[tuple[str, s
     files or more, every file has statistics and none is cut short; else None. One Spark job
     over the snapshot's file list (which Delta caches, and the MERGE that follows reuses), none
     when the checksum says there are fewer than two files."""
-    snapshot = _held_snapshot(spark, path, version)
-    if snapshot is None:
+    held = delta.held_files(spark, path, version)
+    if held is None:
         return None
-    checksum = snapshot.checksumOpt()
-    if checksum.isDefined() and int(checksum.get().numFiles()) < 2:
+    if held.count is not None and held.count < 2:
         return None  # no file to tell from another: no job
-    files = DataFrame(snapshot.allFiles().toDF(), spark)
+    files = held.frame()
     stats = F.from_json("stats", "minValues struct<id: string>, maxValues struct<id: string>")
     bounds = [
         (r["low"], r["high"])
@@ -170,17 +83,7 @@ def holds_no_rows(spark: SparkSession, path: str, version: int) -> bool:
 def table_state(spark: SparkSession, path: str) -> tuple[StructType, dict[str, str]] | None:
     """The schema and table properties of the Delta table at ``path`` from its log on the
     driver (``DeltaTable.detail`` would run a Spark job per table); None if there is none."""
-    jvm = spark._jvm
-    assert jvm is not None
-    empty = jvm.scala.Option.empty()
-    snapshot = _delta_log(spark, path).update(False, empty, empty)
-    if int(snapshot.version()) < 0:
-        return None
-    schema = StructType.fromJson(json.loads(str(snapshot.schema().json())))
-    configuration = jvm.scala.jdk.javaapi.CollectionConverters.asJava(
-        snapshot.metadata().configuration()
-    )
-    return schema, {str(k): str(v) for k, v in configuration.items()}
+    return delta.table_state(spark, path)
 
 
 def recent_commits(spark: SparkSession, path: str, count: int) -> list[tuple[int, str | None]]:
@@ -204,16 +107,7 @@ def _commit_infos(
 ) -> list[tuple[int, dict[str, Any] | None]]:
     """The ``commitInfo`` action of each version's commit file, in the order asked; stops at a
     commit file that is gone (log clean-up removes old ones)."""
-    log = _delta_log(spark, path)
-    store, conf = log.store(), log.newDeltaHadoopConf()
-    out: list[tuple[int, dict[str, Any] | None]] = []
-    for version in versions:
-        try:
-            text = str(store.read(_commit_file(spark, log, version), conf).mkString("\n"))
-        except Py4JJavaError:
-            break
-        out.append((version, _commit_info(text)))
-    return out
+    return [(v, _commit_info(text)) for v, text in delta.commit_texts(spark, path, versions)]
 
 
 def _commit_info(commit: str) -> dict[str, Any] | None:
@@ -231,32 +125,14 @@ def _string(info: dict[str, Any] | None, key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _longs(text: str) -> list[int]:
-    """The integers of a comma-separated list (as Java or Scala print an array of longs)."""
-    return [int(part) for part in text.split(",") if part.strip()]
-
-
 def held_files(spark: SparkSession, path: str, small_bytes: int) -> tuple[int, int, int] | None:
     """(version, live files, files under ``small_bytes``) of the table's snapshot this process
     holds (as after its own last commit), from Delta's checksum and its file-size histogram:
     no Spark job, no log listing. None when Delta has no checksum (or no histogram) for it."""
-    snapshot = _delta_log(spark, path).unsafeVolatileSnapshot()
-    version = int(snapshot.version())
-    checksum = snapshot.checksumOpt()
-    if version < 0 or not checksum.isDefined():
+    sizes = delta.held_file_sizes(spark, path)
+    if sizes is None:
         return None
-    histogram = checksum.get().fileSizeHistogram()
-    if not histogram.isDefined():
-        return None
-    bins = histogram.get()
-    jvm = spark._jvm
-    assert jvm is not None
-    # Each array as one string: read element by element, py4j makes a call per bin (~95 bins,
-    # two arrays, every table, every batch: ~0.2 s a batch in the soak's profile).
-    boundaries = _longs(bins.sortedBinBoundaries().mkString(","))
-    counts = _longs(jvm.java.util.Arrays.toString(bins.fileCounts()).strip("[]"))
-    small = small_files(boundaries, counts, small_bytes)
-    return version, int(checksum.get().numFiles()), small
+    return sizes.version, sizes.files, small_files(sizes.boundaries, sizes.counts, small_bytes)
 
 
 def last_operations(

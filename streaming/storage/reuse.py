@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 
+from streaming.platform.spark import gateway_id
+
 T = TypeVar("T")
 
 _BUILT: dict[tuple[int, Hashable], Any] = {}
@@ -24,7 +26,7 @@ _LOCK = threading.Lock()
 def built_once(spark: SparkSession, key: Hashable, build: Callable[[], T]) -> T:
     """``build()``'s result for ``key`` in ``spark``'s JVM, built on first use. ``key`` must
     name everything ``build`` depends on (e.g. the schema's whole definition, not its name)."""
-    full = (id(spark.sparkContext._gateway), key)
+    full = (gateway_id(spark), key)
     with _LOCK:
         if full in _BUILT:
             return _BUILT[full]  # type: ignore[no-any-return]

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from delta.tables import DeltaTable
-from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql.classic.column import Column as JvmColumn
 from pyspark.sql.types import (
     StructType,
 )
+
+from streaming.platform import spark as platform_spark
+from streaming.platform.spark import is_in_split
 
 
 def ensure_table(
@@ -43,30 +44,14 @@ def one_of(column: Column, values: Sequence[str]) -> Column:
     split drops a trailing empty value), take ``isin``."""
     if len(values) < 8 or any(not v or _SEPARATOR in v for v in values):
         return column.isin(list(values))
-    context = SparkContext._active_spark_context
-    assert context is not None and context._jvm is not None
-    jvm = context._jvm
-    pattern = jvm.java.util.regex.Pattern
-    listed = (
-        pattern.compile(pattern.quote(_SEPARATOR))
-        .splitAsStream(_SEPARATOR.join(values))
-        .collect(jvm.java.util.stream.Collectors.toList())
-    )
-    return JvmColumn(column._jc.isInCollection(listed))  # type: ignore[operator]  # typed abstract
+    return is_in_split(column, _SEPARATOR.join(values), _SEPARATOR)
 
 
 def memory_bytes(materialised: DataFrame) -> int | None:
     """The bytes a frame materialised by ``localCheckpoint`` holds in Spark's block manager
     (memory and disk), from Spark's storage info: no job. None when the frame is not one or
     Spark does not say."""
-    plan = materialised._jdf.queryExecution().analyzed()
-    if plan.getClass().getSimpleName() != "LogicalRDD":
-        return None
-    rdd = plan.rdd().id()
-    for info in materialised.sparkSession.sparkContext._jsc.sc().getRDDStorageInfo():
-        if info.id() == rdd:
-            return int(info.memSize()) + int(info.diskSize())
-    return None
+    return platform_spark.memory_bytes(materialised)
 
 
 def read_table(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:

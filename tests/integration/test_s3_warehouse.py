@@ -502,6 +502,7 @@ import json, sys, threading
 from py4j.protocol import Py4JJavaError
 from streaming.core.config import load_config
 from streaming.runtime.session import build_session
+from streaming.core.lease import file_name
 from streaming.storage.lease import CONDITIONAL_CREATE, lease_files
 cfg = load_config(sys.argv[1])
 files = lease_files(build_session(cfg.spark), cfg.checkpoints + "/race")
@@ -515,9 +516,7 @@ for t in threads:
 for t in threads:
     t.join()
 try:  # S3A's createFile with the option: no existence check before, S3's answer at close
-    out = files.fs.createFile(files._path(1)).must(CONDITIONAL_CREATE, True).create().build()
-    out.write(bytearray(b"again"))
-    out.close()
+    files.files.create(file_name(1), "again", must=CONDITIONAL_CREATE, exists=())
     refused = None
 except Py4JJavaError as e:
     refused = str(e.java_exception.getClass().getName()) + " " + str(e.java_exception.getMessage())
