@@ -21,11 +21,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-
-def _jvm(spark: SparkSession) -> Any:
-    jvm = spark._jvm
-    assert jvm is not None
-    return jvm
+from streaming.platform.spark import jvm as _jvm
 
 
 def _delta_log(spark: SparkSession, path: str) -> Any:

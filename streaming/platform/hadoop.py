@@ -14,11 +14,7 @@ from typing import Any, Literal
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
-
-def _jvm(spark: SparkSession) -> Any:
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    return jvm
+from streaming.platform.spark import jvm as _jvm
 
 
 def _conf(spark: SparkSession) -> Any:

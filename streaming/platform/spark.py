@@ -23,10 +23,12 @@ from pyspark.sql.classic.column import Column as JvmColumn
 from pyspark.sql.streaming.query import StreamingQuery
 
 
-def _jvm(spark: SparkSession) -> Any:
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    return jvm
+def jvm(spark: SparkSession) -> Any:
+    """The driver JVM's gateway view (``SparkContext._jvm``): the one the platform's modules
+    build Java objects with."""
+    found = spark.sparkContext._jvm
+    assert found is not None
+    return found
 
 
 def gateway_id(spark: SparkSession) -> int:
@@ -59,7 +61,7 @@ def auto_broadcast_threshold(spark: SparkSession) -> int:
 
 def driver_max_heap(spark: SparkSession) -> int:
     """The driver JVM's maximum heap in bytes (``Runtime.getRuntime().maxMemory()``)."""
-    return int(_jvm(spark).java.lang.Runtime.getRuntime().maxMemory())
+    return int(jvm(spark).java.lang.Runtime.getRuntime().maxMemory())
 
 
 def plan_size_bytes(frame: DataFrame) -> int:
@@ -72,8 +74,8 @@ def plan_size_bytes(frame: DataFrame) -> int:
 def input_files(frame: DataFrame) -> list[str]:
     """``DataFrame.inputFiles()`` in one py4j call for the whole list, not one per file as
     PySpark's reads a Java ``String[]`` (Hadoop's ``StringUtils.join`` over ``_jdf.inputFiles``)."""
-    jvm = _jvm(frame.sparkSession)
-    joined = str(jvm.org.apache.hadoop.util.StringUtils.join("\n", frame._jdf.inputFiles()))
+    gateway = jvm(frame.sparkSession)
+    joined = str(gateway.org.apache.hadoop.util.StringUtils.join("\n", frame._jdf.inputFiles()))
     return [p for p in joined.split("\n") if p]
 
 
@@ -137,7 +139,7 @@ def sleep_until_interrupted(spark: SparkSession, ms: int) -> str | None:
     interrupted meanwhile, the interruption as a traceback names it (``interruption_line``);
     None if none came."""
     try:
-        _jvm(spark).java.lang.Thread.sleep(ms)
+        jvm(spark).java.lang.Thread.sleep(ms)
     except Py4JJavaError as e:
         return _line(e, str(e.java_exception))
     return None
