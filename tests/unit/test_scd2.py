@@ -3,6 +3,7 @@ the ``scd2`` key of dataset definitions (docs/interface.md, "SCD2 tables")."""
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from streaming.core.catalog import parse_dataset
 from streaming.core.errors import ConfigError
-from streaming.core.scd2 import as_of, intervals, split_key, scd2_key
+from streaming.core.scd2 import as_of, intervals, scd2_key, split_key
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PROPS = ("name", "city", "ts")
@@ -186,7 +187,7 @@ def test_intervals_tile_the_rows_life(
         for r in rows:
             assert r["__end_at"] is None or r["__start_at"] < r["__end_at"]
             assert r["__is_current"] == (r["__end_at"] is None)
-        for a, b in zip(rows, rows[1:], strict=False):
+        for a, b in itertools.pairwise(rows):
             assert a["__end_at"] is not None and a["__end_at"] <= b["__start_at"]  # no overlap
             if not a["__deleted"]:  # no gap while the row exists
                 assert a["__end_at"] == b["__start_at"]
@@ -247,7 +248,7 @@ def test_wrong_scd2_definitions_name_the_key(extra: str, expected: str) -> None:
 
 
 def test_scd2_is_only_for_objects() -> None:
-    with pytest.raises(ConfigError, match="p.R.scd2: only object schemas"):
+    with pytest.raises(ConfigError, match=r"p\.R\.scd2: only object schemas"):
         parse_dataset(
             "p", yaml.safe_load("p.R: {type: record, properties: {a: {type: string}}, scd2: true}")
         )
