@@ -378,12 +378,12 @@ def _scd2_problems(schema: SchemaDef) -> Iterator[str]:
     if scd2.track is not None and len(set(scd2.track)) < len(scd2.track):
         yield f"{where}.track: a property is listed twice"
     if scd2.valid_from is not None:
-        prop = schema.properties.get(scd2.valid_from)
-        if prop is None or scd2.valid_from not in data:
+        time = schema.properties.get(scd2.valid_from)
+        if time is None or scd2.valid_from not in data:
             yield f"{where}.valid_from: {scd2.valid_from!r} is not a property of {schema.name}"
-        elif prop.base_type not in SCD2_TIME_TYPES:
+        elif time.base_type not in SCD2_TIME_TYPES:
             yield (
-                f"{where}.valid_from: {scd2.valid_from!r} is a {prop.base_type}, "
+                f"{where}.valid_from: {scd2.valid_from!r} is a {time.base_type}, "
                 "not a datetime or timestamp property"
             )
 

@@ -35,8 +35,8 @@ def all_tables(layout: Layout, datasets: Mapping[str, Dataset]) -> Iterator[str]
     yield from (layout.ledger, layout.outcomes, layout.quarantine)
     for name, dataset in datasets.items():
         for schema in dataset.object_schemas():
-            paths = layout.object_table(name, schema.name)
-            yield from (paths.current, paths.tombstones, paths.history)
+            paths = layout.object_table(name, schema.name, scd2=schema.scd2 is not None)
+            yield from (paths.current, paths.tombstones, *paths.derived)
 
 
 def current_tables(layout: Layout, datasets: Mapping[str, Dataset]) -> set[str]:
