@@ -82,7 +82,9 @@ def read_consistent_scd2(
     versions: Mapping[str, int] | None = None,
 ) -> DataFrame:
     """The SCD2 table of ``schema`` at its consistent version (as ``read_consistent``): the
-    version the ledger recorded with the last batch, or as created (version 0)."""
+    version the ledger recorded with the last batch. A table no batch has recorded yet is read
+    at its latest version: as created, or as the startup built it from history
+    (``job.build_scd2_tables``)."""
     chosen = consistent_versions(spark, layout) if versions is None else versions
     path = layout.scd2(dataset, schema)
-    return read_table(spark, path, chosen.get(path, CREATED_VERSION))
+    return read_table(spark, path, chosen.get(path))
