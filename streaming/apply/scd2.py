@@ -89,35 +89,37 @@ def _steps(history: DataFrame, schema: SchemaDef, seeds: DataFrame | None) -> Da
         F.sum(F.col(_BOUNDARY).cast("int")).over(upto).alias(_SEG),
     )
     first = F.struct(START, _DEL, VERSION, TRANSACTION, _SEED)
-    segments = timed.groupBy("id", _SEG).agg(
-        F.min_by(first, F.col(_ORD)).alias("f"),
-        F.max_by(F.struct(*props), F.col(_ORD)).alias("v"),
+    segments = (
+        timed.groupBy("id", _SEG)
+        .agg(
+            F.min_by(first, F.col(_ORD)).alias("f"),
+            F.max_by(F.struct(*props), F.col(_ORD)).alias("v"),
+        )
+        .select("id", _SEG, "f.*", "v")
     )
     by_seg = Window.partitionBy("id").orderBy(_SEG)
     same_start = (
-        Window.partitionBy("id", "f." + START)
+        Window.partitionBy("id", START)
         .orderBy(_SEG)
         .rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     )
     ended = segments.select(
         "*",
-        F.lead("f." + START).over(by_seg).alias(END),
-        F.last(~F.col("f." + _DEL)).over(same_start).alias("__lives"),
-    ).select(
-        "*",
-        F.lead("__lives").over(by_seg).alias("__lives_at_end"),
-    )
-    opens = ~F.col("f." + _DEL)
-    survives = opens & (F.col(END).isNull() | (F.col(END) > F.col("f." + START)))
-    return ended.where(opens & (survives | F.col("f." + _SEED))).select(
+        F.lead(START).over(by_seg).alias(END),
+        F.last(~F.col(_DEL)).over(same_start).alias("__lives"),
+    ).select("*", F.lead("__lives").over(by_seg).alias("__lives_at_end"))
+    opens = ~F.col(_DEL)
+    survives = opens & (F.col(END).isNull() | (F.col(END) > F.col(START)))
+    lives_on = F.coalesce(F.col("__lives_at_end"), F.lit(True))
+    return ended.where(opens & (survives | F.col(_SEED))).select(
         "id",
         *[F.col("v." + p).alias(p) for p in props],
-        F.col("f." + START).alias(START),
+        F.col(START),
         F.col(END),
         F.col(END).isNull().alias(CURRENT),
-        (F.col(END).isNotNull() & ~F.coalesce(F.col("__lives_at_end"), F.lit(True))).alias(DELETED),
-        F.col("f." + TRANSACTION).alias(TRANSACTION),
-        F.col("f." + VERSION).alias(VERSION),
+        (F.col(END).isNotNull() & ~lives_on).alias(DELETED),
+        F.col(TRANSACTION),
+        F.col(VERSION),
         (~survives).alias(_DROP),
     )
 
