@@ -361,3 +361,60 @@ def test_a_replayed_batch_changes_nothing(
     assert sorted(_rows(paths.scd2), key=_key) == snapshot
     check_reference(paths, "Dog")
     check_reference(scene.paths("Cat"), "Cat")
+
+
+def test_a_change_feeds_time_property_gives_source_time_validity(
+    spark: SparkSession, ws: Workspace, kafka_broker: Any
+) -> None:
+    from tests.support.datasets import SHOP
+    from tests.support.debezium import Topics, send
+
+    prefix = f"scd{random.SystemRandom().randrange(1 << 30):x}"
+    kafka_broker.create_topics([f"{prefix}.requests", f"{prefix}.outcomes"])
+    timed = SHOP.replace(
+        "    sourcePosition: {type: string}\n  watermark: [sourcePosition]\nshop.Order:",
+        "    sourcePosition: {type: string}\n    changedAt: {type: datetime}\n"
+        "  watermark: [sourcePosition]\n  scd2: {valid_from: changedAt}\nshop.Order:",
+    )
+    assert timed != SHOP
+    ws.dataset("shop", timed)
+    cfg = ws.config(
+        landing={},
+        kafka={
+            "bootstrap": kafka_broker.bootstrap,
+            "transactions_topic": f"{prefix}.requests",
+            "outcomes_topic": f"{prefix}.outcomes",
+            "change_feeds": [
+                {
+                    "name": "pg",
+                    "dataset": "shop",
+                    "topic_prefix": prefix,
+                    "tables": {"shop.Customer": "public.customers"},
+                    "transaction_metadata": False,
+                    "time_property": "changedAt",
+                }
+            ],
+        },
+    )
+    topics = Topics(prefix=prefix)
+    topics.event("public.customers", "r", {"id": 1, "name": "Ada", "balance": "100.00"})
+    topics.event("public.customers", "u", {"id": 1, "name": "Ann", "balance": "80.00"})
+    sent = [json.loads(r.value or b"{}")["source"]["ts_ms"] for r in topics.records]
+    send(kafka_broker.bootstrap, topics.take())
+    job = ws.run_once(spark, cfg)
+    paths = job.layout.object_table("shop", "shop.Customer", scd2=True)
+    got = sorted(_rows(paths.scd2 or ""), key=lambda r: r["__version"])
+    at = [datetime.fromtimestamp(ms / 1000, UTC) for ms in sent]
+    assert [(r["name"], r["__start_at"], r["__end_at"]) for r in got] == [
+        ("Ada", at[0], at[1]),
+        ("Ann", at[1], None),
+    ]
+    current = _rows(paths.current)
+    assert [r["changedAt"] for r in current] == [at[1]]
+    want = intervals(
+        _rows(paths.history),
+        ["name", "balance", "sourcePosition", "changedAt"],
+        ["name", "balance"],
+        "changedAt",
+    )
+    assert sorted(got, key=_key) == sorted(want, key=_key)
