@@ -417,3 +417,21 @@ def test_a_change_feeds_time_property_gives_source_time_validity(
         "changedAt",
     )
     assert sorted(got, key=_key) == sorted(want, key=_key)
+
+
+def test_a_new_property_reaches_the_scd2_table_at_startup(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    ws = Workspace(tmp_path)
+    ws.dataset("petstore", DATASET)
+    first = Job.create(spark, ws.config())
+    if first.lease is not None:
+        first.lease.release()
+    ws.dataset(
+        "petstore",
+        DATASET.replace("ts: {type: datetime}}", "ts: {type: datetime}, x: {type: string}}", 1),
+    )
+    job = Job.create(spark, ws.config())
+    paths = job.layout.object_table("petstore", "petstore.Dog", scd2=True)
+    columns = [f.name for f in deltalake.DeltaTable(paths.scd2 or "").schema().fields]
+    assert "x" in columns and "__version" in columns  # added as to history (after the others)
