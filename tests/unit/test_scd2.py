@@ -365,3 +365,24 @@ def test_batch_steps_over_seeds_equal_the_reference_over_everything(
         table = _seeded_step(table, batch, track, valid_from)
         key = lambda r: (r["id"], r["__version"])  # noqa: E731
         assert sorted(table, key=key) == sorted(intervals(done, PROPS, track, valid_from), key=key)
+
+
+def test_committed_outcomes_get_the_scd2_tables_versions() -> None:
+    from streaming.core.outcomes import Outcome, Status
+    from streaming.core.results import with_scd2_versions
+
+    def outcome(status: Status, versions: dict[str, int]) -> Outcome:
+        return Outcome(
+            transaction_id="t",
+            dataset="shop",
+            status=status,
+            batch_id=3,
+            source="s",
+            tableVersions=versions,
+        )
+
+    done = outcome(Status.COMMITTED, {"shop.Customer": 7, "shop.Order": 2})
+    failed = outcome(Status.FAILED, {})
+    with_scd2_versions([done, failed], {("shop", "shop.Customer"): 4, ("other", "shop.Order"): 9})
+    assert done.table_versions == {"shop.Customer": 7, "shop.Order": 2, "shop.Customer#scd2": 4}
+    assert failed.table_versions == {}
