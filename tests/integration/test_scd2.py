@@ -85,6 +85,7 @@ class Scenario:
         self.batch = 0
         self.files = 0
         sources = [self._row(g, i) for g in range(groups) for i in rng.sample(IDS, 2)]
+        self.sources = sources
         self.ws.data("src/petstore/Src/part.json", *sources)
         setup = request(
             "setup", {"operation": "UPSERT", "locationUri": "./data/src", "format": "JSON"}
@@ -331,6 +332,11 @@ def test_backfill_builds_the_table_from_history_at_startup(
     scene.job = job
     scene.run([scene.transaction("after-t0"), scene.transaction("after-t1")])
     check_reference(paths, "Dog")
+    # as of a time, for a schema without an SCD2 table: from its history
+    later = datetime.now(UTC) + timedelta(days=1)
+    src = as_of(spark, job.layout, "petstore", "petstore.Src", later)
+    assert sorted(r["id"] for r in src.collect()) == sorted(r["id"] for r in scene.sources)
+    assert as_of(spark, job.layout, "petstore", "petstore.Src", T0).count() == 0
 
 
 def test_a_replayed_batch_changes_nothing(
