@@ -273,6 +273,10 @@ def test_type_1_updates_keep_the_interval_and_tracked_changes_open_one(
     shown = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["__version"], r["name"]) for r in shown] == [(1, "Rex"), (3, "Max")]
 
+    # maintain clusters SCD2 tables by id like current tables; the intervals stay
+    assert main(["maintain", "--cluster", "--config", str(config)]) == 0
+    assert sorted(_rows(paths.scd2 or ""), key=_key) == sorted(got, key=_key)
+
 
 def test_valid_from_out_of_order_and_deletes_at_commit_time(
     spark: SparkSession, tmp_path: Path
