@@ -217,4 +217,4 @@ def backfill(
     return history.count(), read_table(spark, path).count()
 
 
-__all__ = ["CURRENT", "DELETED", "backfill", "merge_scd2"]
+__all__ = ["backfill", "merge_scd2"]
