@@ -215,6 +215,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="ours with tables.deletion_vectors on (Cold's fresh process keeps the default)",
     )
+    parser.add_argument(
+        "--scd2",
+        action="store_true",
+        help="Batch and W2: also run ours with an SCD2 table on every object schema, reported "
+        "as ours_scd2 and its time against ours without",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the /tmp workspace")
     parser.add_argument(
         "--render",
@@ -241,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         sizes = replace(sizes, batch_rows=args.batch_rows)
     if args.no_threads:
         sizes = replace(sizes, batch_threads=False)
+    if args.scd2:
+        sizes = replace(sizes, scd2=True)
     if args.no_cold_plain:
         sizes = replace(sizes, cold_plain=False)
     if args.deletion_vectors:

@@ -44,11 +44,16 @@ def batch(spark: SparkSession, sizes: Sizes, base: Path) -> dict[str, Any]:
     return {"table_rows": sizes.batch_rows, "runs": runs}
 
 
-def _one_size(
-    spark: SparkSession, sizes: Sizes, root: Path, per_batch: int, batches: int
-) -> dict[str, Any]:
-    txs = data.w1_transactions(per_batch * batches, sizes.batch_rows)
-    ws = Workspace(root / "ours", data.W1_DATASET, data.W1_YAML)
+def _ours(
+    spark: SparkSession,
+    sizes: Sizes,
+    root: Path,
+    txs: list[Any],
+    per_batch: int,
+    yaml_text: str,
+) -> tuple[Job, dict[str, str]]:
+    """Our workspace with W1's dataset (``yaml_text``), data, requests and seeded tables."""
+    ws = Workspace(root, data.W1_DATASET, yaml_text)
     data.write_w1_data(ws.root, txs)
     data.write_requests(ws.landing, txs, per_batch)
     cfg = ws.config(
@@ -58,6 +63,15 @@ def _one_size(
     job = Job.create(spark, cfg)
     say(f"Batch {per_batch}: seeding 3 x {sizes.batch_rows:,} rows")
     tables = seed_tables(spark, job, data.W1_DATASET, data.W1_SCHEMAS, sizes.batch_rows, sizes)
+    return job, tables
+
+
+def _one_size(
+    spark: SparkSession, sizes: Sizes, root: Path, per_batch: int, batches: int
+) -> dict[str, Any]:
+    txs = data.w1_transactions(per_batch * batches, sizes.batch_rows)
+    job, tables = _ours(spark, sizes, root / "ours", txs, per_batch, data.W1_YAML)
+    ws_root = root / "ours"
     plains = [(n, t) for n, t in PLAIN_CONTENDERS if t is False or sizes.batch_threads]
     copies = {
         name: {s: _copy(p, root / name / "warehouse" / s) for s, p in tables.items()}
@@ -85,7 +99,13 @@ def _one_size(
         meter = BatchMeter(spark, [root / name / "warehouse"])
         with meter.active():
             seconds, sink = plain_landing(
-                spark, ws.root, ws.landing, copies[name], 1, threads=threads, name=name
+                spark,
+                ws_root,
+                ws_root / "landing" / "transactions",
+                copies[name],
+                1,
+                threads=threads,
+                name=name,
             )
         result[name] = {
             **meter.summary(),
@@ -94,6 +114,22 @@ def _one_size(
         }
         _say_summary(per_batch, name, result[name])
         rows[name] = _rows(copies[name])
+    if sizes.scd2:
+        scd2_root = root / "ours-scd2"
+        scd2_job, scd2_tables = _ours(
+            spark, sizes, scd2_root, txs, per_batch, data.with_scd2(data.W1_YAML)
+        )
+        say(f"Batch {per_batch}: ours with SCD2 tables")
+        meter = BatchMeter(spark, [Path(scd2_job.layout.warehouse)])
+        with meter.active():
+            with_scd2 = run_job(spark, scd2_job)
+        result["ours_scd2"] = {
+            **meter.summary(),
+            "seconds": round(with_scd2.seconds, 3),
+            "statuses": with_scd2.statuses,
+        }
+        _say_summary(per_batch, "ours_scd2", result["ours_scd2"])
+        rows["ours_scd2"] = _rows(scd2_tables)
     result["rows_after"] = rows
     result["ratios"] = {
         f"ours_vs_{name}": _ratio(
@@ -101,6 +137,10 @@ def _one_size(
         )
         for name, _ in plains
     }
+    if sizes.scd2:
+        result["ratios"]["ours_scd2_vs_ours"] = _ratio(
+            result["ours_scd2"]["trigger_seconds"], result["ours"]["trigger_seconds"]
+        )
     return result
 
 

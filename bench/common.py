@@ -8,10 +8,12 @@ from datetime import datetime
 import deltalake
 import pyarrow as pa
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from bench import data
 from bench.sizes import Sizes
 from streaming.runtime.job import Job
+from streaming.storage.log import table_state
 
 SHUFFLE_PARTITIONS = 4
 """The config's default ``spark.shuffle_partitions``; the session uses the same."""
@@ -57,7 +59,27 @@ def seed_tables(
                 w2_props=w2_props,
             )
         paths[schema] = path
+        scd2 = job.layout.scd2(dataset, schema)
+        if rows > 0 and table_state(spark, scd2) is not None:
+            seed_intervals(spark, path, scd2)
     return paths
+
+
+def seed_intervals(spark: SparkSession, current: str, scd2: str) -> None:
+    """An SCD2 table of a seeded current table: one open interval per row, as the job would
+    hold after inserting them."""
+    rows = spark.read.format("delta").load(current)
+    props = [c for c in rows.columns if c not in ("id", "version", "created", "updated", "hash")]
+    rows.select(
+        "id",
+        *props,
+        F.col("updated").alias("__start_at"),
+        F.lit(None).cast("timestamp").alias("__end_at"),
+        F.lit(True).alias("__is_current"),
+        F.lit(False).alias("__deleted"),
+        F.lit("seed").alias("__transaction_id"),
+        F.col("version").alias("__version"),
+    ).write.format("delta").mode("append").save(scd2)
 
 
 def rate(count: float, seconds: float) -> float:

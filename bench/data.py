@@ -19,6 +19,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import yaml
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -94,6 +95,17 @@ def dms_types(props: Sequence[Prop] = W2_PROPERTIES) -> dict[str, pa.DataType]:
 
 
 W2_YAML = w2_yaml()
+
+
+def with_scd2(yaml_text: str) -> str:
+    """A dataset's YAML with ``scd2: true`` on every object schema (``--scd2``)."""
+    mapping = yaml.safe_load(yaml_text)
+    for body in mapping.values():
+        if body.get("type", "object") == "object":
+            body["scd2"] = True
+    return str(yaml.safe_dump(mapping, sort_keys=False))
+
+
 DMS_TYPES = dms_types()
 STATUSES = ("new", "active", "paused", "closed", "review")
 

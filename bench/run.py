@@ -216,10 +216,13 @@ def _w2_workspace(
     shuffled: bool = False,
     props: Sequence[data.Prop] = data.W2_PROPERTIES,
     upkeep: dict[str, Any] | None = None,
+    scd2: bool = False,
 ) -> tuple[Workspace, Job, list[Path], str]:
     """W2's dataset, DMS files and seeded table, all with the properties ``props``;
-    ``upkeep``: the job's ``upkeep`` section (default: ``bench.ours.UPKEEP``, off)."""
-    ws = Workspace(base / name, data.W2_DATASET, data.w2_yaml(props))
+    ``upkeep``: the job's ``upkeep`` section (default: ``bench.ours.UPKEEP``, off); ``scd2``:
+    the schema keeps an SCD2 table (seeded with an open interval per seeded row)."""
+    text = data.w2_yaml(props)
+    ws = Workspace(base / name, data.W2_DATASET, data.with_scd2(text) if scd2 else text)
     paths = data.write_dms_files(_dms_folder(ws), changes, sizes.w2_files, props)
     overrides: dict[str, Any] = {} if upkeep is None else {"upkeep": upkeep}
     job = Job.create(spark, ws.config(landing={"dms": "./landing/dms"}, **overrides))
@@ -342,6 +345,16 @@ def w2(spark: SparkSession, sizes: Sizes, base: Path) -> tuple[dict[str, Any], O
             keys_diff["only_plain"] += len(plain_keys - ours_keys)
         if not last:
             shutil.rmtree(here, ignore_errors=True)
+    scd2_runs: list[OurRun] = []
+    for number in range(sizes.w2_runs if sizes.scd2 else 0):
+        here = root / f"scd2-run-{number}"
+        say(f"W2: ours with an SCD2 table, run {number + 1} of {sizes.w2_runs}: seeding")
+        _, scd2_job, _, _ = _w2_workspace(
+            spark, here, "ws", changes, sizes.w2_table_rows, sizes, props=props, scd2=True
+        )
+        scd2_runs.append(run_job(spark, scd2_job))
+        say(f"W2: ours with SCD2 {scd2_runs[-1].seconds:.1f}s {scd2_runs[-1].counts}")
+        shutil.rmtree(here, ignore_errors=True)
     say(f"W2: rows after: {rows_after}")
     if keys_diff is not None:
         say(f"W2: keys of ours and plain one MERGE differ by {keys_diff} (all runs)")
@@ -375,6 +388,14 @@ def w2(spark: SparkSession, sizes: Sizes, base: Path) -> tuple[dict[str, Any], O
         result["ratios"]["ours_time_vs_plain_merge"] = round(
             rate(ours.seconds, runs["plain_merge"].seconds), 3
         )
+    if scd2_runs:
+        with_scd2 = _median(scd2_runs, lambda r: r.seconds)
+        result["ours_scd2"] = {
+            **with_scd2.as_json(),
+            "changes_per_s": round(rate(n, with_scd2.seconds), 1),
+        }
+        result["runs"]["ours_scd2"] = [round(r.seconds, 3) for r in scd2_runs]
+        result["ratios"]["ours_scd2_time_vs_ours"] = round(rate(with_scd2.seconds, ours.seconds), 3)
     return result, ours
 
 
@@ -744,7 +765,21 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float | None], str, flo
         "<=",
         1.5,
     ),
+    (
+        "Batch",
+        "Batch 25: ours with SCD2 / ours (--scd2)",
+        lambda r: _get(r, "Batch", "runs", "25", "ratios", "ours_scd2_vs_ours"),
+        "<=",
+        1.5,
+    ),
     ("W2", "W2 vs blind append", lambda r: _get(r, "W2", "ratios", "ours_vs_append"), ">=", 0.5),
+    (
+        "W2",
+        "W2: ours with SCD2 time / ours time (--scd2)",
+        lambda r: _get(r, "W2", "ratios", "ours_scd2_time_vs_ours"),
+        "<=",
+        1.5,
+    ),
     (
         "W2",
         "W2 vs delta-rs MERGE (all at once)",

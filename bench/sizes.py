@@ -113,6 +113,9 @@ class Sizes:
     ``p01``, ``p02``, ... string and integer in turn, in the dataset, the seeded table, the DMS
     files and every baseline's MERGE (``bench.data.w2_properties``); 0 = W2 as it was. The
     Scale workloads and FullLoad keep the four (a wide W2's run is then not reused by Scale)."""
+    scd2: bool = False
+    """Batch and W2 also run ours with an SCD2 table on every object schema (``--scd2``):
+    reported as ``ours_scd2`` and its time against ours without."""
 
 
 FULL = Sizes(

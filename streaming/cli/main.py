@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -188,22 +189,47 @@ def cmd_show(args: argparse.Namespace) -> int:
             "not with --version or --history",
             code="USAGE_ERROR",
         )
+    if args.history and args.scd2:
+        raise CdcError("--history and --scd2 name two tables: give one", code="USAGE_ERROR")
+    at = _as_of(args.as_of) if args.as_of is not None else None
+    if at is not None and (args.history or args.scd2 or args.version is not None):
+        raise CdcError(
+            "--as-of reads the rows valid at a time (from the SCD2 table, else history): "
+            "not with --history, --scd2 or --version",
+            code="USAGE_ERROR",
+        )
     cfg = _config(args)
     layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
-    path = (
-        layout.history(args.dataset, args.schema)
-        if args.history
-        else layout.table(args.dataset, args.schema)
-    )
+    if args.history:
+        path = layout.history(args.dataset, args.schema)
+    elif args.scd2:
+        path = layout.scd2(args.dataset, args.schema)
+    else:
+        path = layout.table(args.dataset, args.schema)
     spark = build_session(cfg.spark, verbose=args.verbose)
     version = args.version
-    if args.consistent:
-        from streaming.storage.consistent import CREATED_VERSION, consistent_versions
+    if at is not None:
+        from streaming.runtime.job import load_datasets
+        from streaming.storage.scd2 import as_of
 
-        version = consistent_versions(spark, layout).get(path, CREATED_VERSION)
-        print(f"{args.schema} at version {version} (the ledger's last batch)", file=sys.stderr)
-    df = read_table(spark, path, version)
+        defined = load_datasets(cfg).get(args.dataset)
+        schema = defined.get(args.schema) if defined is not None else None
+        scd2 = schema.scd2 if schema is not None else None
+        valid_from = scd2.valid_from if scd2 is not None else None
+        df = as_of(spark, layout, args.dataset, args.schema, at, valid_from=valid_from)
+        print(f"{args.schema} as of {at.isoformat()}", file=sys.stderr)
+    else:
+        if args.consistent:
+            from streaming.storage.consistent import CREATED_VERSION, consistent_versions
+
+            known = consistent_versions(spark, layout)
+            version = known.get(path, None if args.scd2 else CREATED_VERSION)
+            shown = "latest" if version is None else version
+            print(f"{args.schema} at version {shown} (the ledger's last batch)", file=sys.stderr)
+        df = read_table(spark, path, version)
     order = ["id", "version"] if "version" in df.columns else df.columns[:1]
+    if "__start_at" in df.columns:
+        order = ["id", "__start_at"]
     ordered = df.orderBy(*order)
     limit = args.limit if args.limit is not None else _screenful()
     # The first rows only (Spark keeps the top ``limit + 1`` per task), never the whole table.
@@ -222,6 +248,18 @@ def cmd_show(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _as_of(text: str) -> datetime:
+    """An ``--as-of`` ISO 8601 time; without a zone, UTC."""
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError as e:
+        raise CdcError(
+            f"--as-of {text!r}: not an ISO 8601 time (e.g. 2026-01-31T12:00:00Z)",
+            code="USAGE_ERROR",
+        ) from e
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def _screenful() -> int:
@@ -370,6 +408,15 @@ def build_parser() -> argparse.ArgumentParser:
     _config_option(show)
     show.add_argument("--version", type=int, help="Delta version to read (time travel)")
     show.add_argument("--history", action="store_true", help="the version history table")
+    show.add_argument(
+        "--scd2", action="store_true", help="the SCD type 2 table (schemas with scd2:)"
+    )
+    show.add_argument(
+        "--as-of",
+        metavar="TIME",
+        help="the rows valid at an ISO 8601 time (UTC unless it says): from the SCD2 table "
+        "(read at the ledger's version), else from history",
+    )
     show.add_argument(
         "--consistent",
         action="store_true",

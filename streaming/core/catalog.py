@@ -29,6 +29,7 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -172,6 +173,29 @@ class TombstoneKey(_Model):
     value: str | None = None
 
 
+class Scd2Def(_Model):
+    """SCD type 2 (``scd2:`` on an object schema): the tracked properties and the validity time.
+
+    ``track``: the properties whose change opens a new interval (None: every property but the
+    watermark columns and ``valid_from``); a version that changes only other properties
+    updates the open interval in place (type 1). ``valid_from``: a datetime property holding
+    each version's validity time (None: the version's ``updated``, its commit time)."""
+
+    track: list[str] | None = None
+    valid_from: str | None = None
+
+
+def _scd2_shape(value: Any) -> Any:
+    """``scd2: true`` / ``false`` / a list (the tracked properties) / a mapping."""
+    if value is True:
+        return {}
+    if value is False:
+        return None
+    if isinstance(value, list):
+        return {"track": value}
+    return value
+
+
 class SchemaDef(_Model):
     """One schema of a dataset; ``name`` is its fully-qualified name (the YAML key)."""
 
@@ -186,6 +210,7 @@ class SchemaDef(_Model):
     materialized: bool = False
     primary_key: list[str] = Field(default_factory=list, alias="primaryKey")
     history: bool = True
+    scd2: Annotated[Scd2Def | None, BeforeValidator(_scd2_shape)] = None
     watermark: list[str] = Field(default_factory=list)
     tombstone: TombstoneKey | None = None
     location: str | None = None
@@ -227,6 +252,16 @@ class SchemaDef(_Model):
     def data_columns(self) -> list[str]:
         """Property columns in order; an object's ``id`` is a meta column, not a property."""
         return [p for p in self.properties if not (self.is_object and p == "id")]
+
+    def scd2_tracked(self) -> list[str]:
+        """The properties whose change opens a new SCD2 interval (``Scd2Def.track``), in
+        column order; empty without ``scd2``."""
+        if self.scd2 is None:
+            return []
+        if self.scd2.track is not None:
+            return [p for p in self.data_columns() if p in self.scd2.track]
+        skip = {*self.watermark, *([self.scd2.valid_from] if self.scd2.valid_from else [])}
+        return [p for p in self.data_columns() if p not in skip]
 
 
 class Dataset(_Model):
@@ -317,6 +352,40 @@ def _key_column_problems(schema: SchemaDef) -> Iterator[str]:
     for column in schema.column_mapping:
         if column not in keys | {"id"}:
             yield f"{schema.name}.columnMapping.{column}: unknown column"
+
+
+SCD2_TIME_TYPES = ("datetime", "timestamp")
+
+
+def _scd2_problems(schema: SchemaDef) -> Iterator[str]:
+    """``scd2`` is for objects with history; its properties exist; ``valid_from`` is a time."""
+    scd2 = schema.scd2
+    if scd2 is None:
+        return
+    where = f"{schema.name}.scd2"
+    if not schema.is_object:
+        yield f"{where}: only object schemas keep SCD2 tables (this is a {schema.kind} schema)"
+        return
+    if not schema.history:
+        yield (
+            f"{where}: needs the schema's history (SCD2 intervals are derived from its "
+            "history rows): remove 'history: false' or 'scd2'"
+        )
+    data = schema.data_columns()
+    for prop in dict.fromkeys(scd2.track or []):
+        if prop not in data:
+            yield f"{where}.track: {prop!r} is not a property of {schema.name}"
+    if scd2.track is not None and len(set(scd2.track)) < len(scd2.track):
+        yield f"{where}.track: a property is listed twice"
+    if scd2.valid_from is not None:
+        time = schema.properties.get(scd2.valid_from)
+        if time is None or scd2.valid_from not in data:
+            yield f"{where}.valid_from: {scd2.valid_from!r} is not a property of {schema.name}"
+        elif time.base_type not in SCD2_TIME_TYPES:
+            yield (
+                f"{where}.valid_from: {scd2.valid_from!r} is a {time.base_type}, "
+                "not a datetime or timestamp property"
+            )
 
 
 def _kind_problems(schema: SchemaDef) -> Iterator[str]:
@@ -410,6 +479,7 @@ def parse_dataset(name: str, mapping: object) -> Dataset:
                 _property_problems,
                 _key_column_problems,
                 _sql_problems,
+                _scd2_problems,
                 query_problems,
             ):
                 problems.extend(check(schema))

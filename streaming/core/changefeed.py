@@ -46,6 +46,8 @@ from streaming.core.sourceschema import SchemaChanges
 
 KEY_COLUMN = "__key"
 POSITION_COLUMN = "__position"
+TIME_COLUMN = "__source_time"
+"""A staged row's source commit time (ISO 8601, UTC), with a feed's ``time_property`` only."""
 OP_COLUMN = "Op"
 SCHEME = "changes:"
 """The ``locationUri`` scheme of a source transaction's rows (staged by the sink, never a path)."""
@@ -74,6 +76,9 @@ class Feed:
     send (PostgreSQL's unchanged TOASTed columns, Oracle's unchanged LOBs)."""
     schema_changes: SchemaChanges = "evolve"
     """A column the events carry and the schema lacks: ``core.sourceschema``."""
+    time_property: str | None = None
+    """The datetime property every event fills with its source commit time (Debezium's
+    ``source.ts_ms``, DMS's ``metadata.timestamp``); None: none."""
 
     @property
     def all_topics(self) -> list[str]:
@@ -132,6 +137,8 @@ class DataEvent:
     """The Connect schemas of the row's columns (the JSON converter's schema); None without."""
     snapshot: str | None = None
     """Debezium's ``source.snapshot`` (``SNAPSHOT_LAST`` on the last read of a snapshot)."""
+    time: str | None = None
+    """The source's commit time (ISO 8601, UTC) when the feed has a ``time_property``."""
 
     @property
     def where(self) -> str:
@@ -184,6 +191,15 @@ def feed_of(cfg: ChangeFeedConfig, index: int, datasets: Mapping[str, Dataset]) 
                 f"source order: add `{cfg.position_property}: {{type: string}}` to its "
                 f"properties and `watermark: [{cfg.position_property}]`"
             )
+        if cfg.time_property is not None:
+            time = schema.properties.get(cfg.time_property)
+            if time is None or time.base_type not in ("datetime", "timestamp"):
+                raise ConfigError(
+                    f"{where}.time_property: schema {name} needs the datetime property "
+                    f"{cfg.time_property!r} to hold each change's source commit time: add "
+                    f"`{cfg.time_property}: {{type: datetime}}` to its properties (and, for "
+                    f"SCD2 validity in source time, `scd2: {{valid_from: {cfg.time_property}}}`)"
+                )
     sources = {source: schema for schema, source in tables.items()}
     if cfg.format == "debezium":
         topics = {f"{cfg.topic_prefix}.{source}": source for source in sources}
@@ -202,6 +218,7 @@ def feed_of(cfg: ChangeFeedConfig, index: int, datasets: Mapping[str, Dataset]) 
         cfg.max_pending_events,
         cfg.unavailable_value_placeholder,
         cfg.schema_changes,
+        cfg.time_property,
     )
 
 
@@ -257,6 +274,7 @@ def _field_schemas(schema: Mapping[str, Any] | None, name: str) -> Mapping[str, 
 
 
 EPOCH = datetime(1970, 1, 1)
+EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def connect_value(value: Any, schema: Mapping[str, Any] | None) -> Any:
@@ -454,6 +472,7 @@ def read_debezium(feed: Feed, record: Received, decode: Decode) -> Item | None:
         row, unavailable = _available(row, before, schemas, feed.placeholder)
     fields = schemas or None
     snapshot = source.get("snapshot")
+    at = source_time(source.get("ts_ms")) if feed.time_property is not None else None
     return DataEvent(
         record,
         table,
@@ -466,7 +485,17 @@ def read_debezium(feed: Feed, record: Received, decode: Decode) -> Item | None:
         unavailable,
         fields,
         snapshot if isinstance(snapshot, str) else None,
+        at,
     )
+
+
+def source_time(ts_ms: Any) -> str | None:
+    """Debezium's ``source.ts_ms`` (the source's commit time, epoch milliseconds) as an ISO 8601
+    UTC time; None when it is not a number."""
+    if isinstance(ts_ms, bool) or not isinstance(ts_ms, int | float):
+        return None
+    at = EPOCH_UTC + timedelta(milliseconds=ts_ms)
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _boundary(record: Received, value: Mapping[str, Any]) -> Boundary:
@@ -505,9 +534,9 @@ def read_dms(feed: Feed, record: Received, decode: Decode) -> Item | None:
     data = value.get("data")
     if not isinstance(data, dict):
         raise _invalid(record, "no 'data' object")
-    return DataEvent(
-        record, table, op, dict(data), None, str(meta.get("timestamp") or ""), None, record.offset
-    )
+    stamp = str(meta.get("timestamp") or "")
+    at = (stamp or None) if feed.time_property is not None else None
+    return DataEvent(record, table, op, dict(data), None, stamp, None, record.offset, time=at)
 
 
 # -- source transactions ----------------------------------------------------------------------
@@ -529,6 +558,7 @@ def column_mapping(feed: Feed) -> dict[str, str]:
     return {
         **({"id": KEY_COLUMN} if feed.format == "debezium" else {}),
         feed.position_property: POSITION_COLUMN,
+        **({feed.time_property: TIME_COLUMN} if feed.time_property is not None else {}),
     }
 
 
@@ -566,6 +596,8 @@ def staged_row(event: DataEvent) -> dict[str, Any]:
     row[OP_COLUMN] = event.op
     row[KEY_COLUMN] = event.key
     row[POSITION_COLUMN] = event.position
+    if event.time is not None:
+        row[TIME_COLUMN] = event.time
     for column in event.unavailable:  # the stored value stays (``core.fold.MISSING``)
         row[f"{FLAGS}{column}"] = MISSING
     return row

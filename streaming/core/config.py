@@ -329,6 +329,12 @@ class ChangeFeedConfig(_Strict):
         description="The string property of every mapped schema that keeps "
         "the source position of a row's last change: the schema's watermark",
     )
+    time_property: str | None = Field(
+        None,
+        description="A datetime property of every mapped schema that each change fills with "
+        "the source's commit time (Debezium's `source.ts_ms`, DMS's `metadata.timestamp`): "
+        "`scd2: {valid_from: <it>}` gives SCD2 intervals in source time; empty: none",
+    )
     max_wait: Duration = Field(
         "10 minutes",
         description="How long a source transaction may stay incomplete; then it "

@@ -29,6 +29,7 @@ from streaming.core.changefeed import (
     POSITION_COLUMN,
     SCHEME,
     SNAPSHOT_LAST,
+    TIME_COLUMN,
     DataEvent,
     Decode,
     Feed,
@@ -46,7 +47,7 @@ Kind = Literal["bad", "skip", "begin", "end", "data", "loose"]
 """What a decoded record is: unreadable, nothing to apply (a Kafka tombstone, a DMS control
 record), a transaction's BEGIN or END, a data event of a transaction, a data event without
 one (a snapshot's read, a feed without transaction metadata, DMS)."""
-META_COLUMNS = (OP_COLUMN, KEY_COLUMN, POSITION_COLUMN)
+META_COLUMNS = (OP_COLUMN, KEY_COLUMN, POSITION_COLUMN, TIME_COLUMN)
 """The staged row's columns of ours (besides ``$flags:<column>``)."""
 
 DECODED_FIELDS: tuple[tuple[str, str], ...] = (

@@ -24,6 +24,14 @@ class ObjectTable:
     current: str
     history: str
     tombstones: str
+    scd2: str | None = None
+    """The SCD2 table (``Layout.scd2``) when the schema keeps one; derived from history, so not
+    restorable either: a batch's MERGE of it is made once, with the history append."""
+
+    @property
+    def derived(self) -> tuple[str, ...]:
+        """The tables written with the ledger, never restored: history (and SCD2)."""
+        return (self.history,) if self.scd2 is None else (self.history, self.scd2)
 
     @property
     def restorable(self) -> tuple[str, str]:
@@ -50,11 +58,16 @@ class Layout:
         """Deleted keys remembered (id, version): ``<dataset>/_tombstones/<schema path>``."""
         return _join(self.warehouse, dataset, "_tombstones", *schema_fqn.split("."))
 
-    def object_table(self, dataset: str, schema_fqn: str) -> ObjectTable:
+    def scd2(self, dataset: str, schema_fqn: str) -> str:
+        """SCD type 2 intervals (``scd2:`` schemas): ``<dataset>/_scd2/<schema path>``."""
+        return _join(self.warehouse, dataset, "_scd2", *schema_fqn.split("."))
+
+    def object_table(self, dataset: str, schema_fqn: str, *, scd2: bool = False) -> ObjectTable:
         return ObjectTable(
             self.table(dataset, schema_fqn),
             self.history(dataset, schema_fqn),
             self.tombstones(dataset, schema_fqn),
+            self.scd2(dataset, schema_fqn) if scd2 else None,
         )
 
     # -- system tables -----------------------------------------------------------------------

@@ -12,6 +12,7 @@ from streaming.core.errors import CdcError
 from streaming.core.fold import Effect
 from streaming.core.outcomes import ActionOutcome, ErrorInfo, Outcome, Status
 from streaming.core.plan import Events, PlannedTransaction
+from streaming.core.scd2 import scd2_key
 
 LoadsDone = Mapping[int, tuple[dict[Effect, int], int]]
 """Per load ordinal: its counts per effect and the version of its table after it."""
@@ -77,6 +78,21 @@ def committed(
         outcome.table_versions[load.schema.name] = version
     outcome.committed_at = at
     return outcome
+
+
+def with_scd2_versions(outcomes: Sequence[Outcome], scd2: Mapping[tuple[str, str], int]) -> None:
+    """Add to each COMMITTED outcome, for every schema it wrote that keeps an SCD2 table, the
+    version of that table after the batch (``scd2``: (dataset, schema) → version) under the key
+    ``<schema>#scd2`` (``core.scd2.scd2_key``), so consistent reads find it in the ledger."""
+    if not scd2:
+        return
+    for outcome in outcomes:
+        if outcome.status is not Status.COMMITTED or outcome.dataset is None:
+            continue
+        for schema in list(outcome.table_versions):
+            version = scd2.get((outcome.dataset, schema))
+            if version is not None:
+                outcome.table_versions[scd2_key(schema)] = version
 
 
 def outcome_of(

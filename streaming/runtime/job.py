@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any, NoReturn
 
@@ -29,6 +30,7 @@ from connectors.sources import (
     landing_requests,
     unread_landing_files,
 )
+from streaming.apply.scd2 import backfill
 from streaming.core.batch import decode_json_request
 from streaming.core.catalog import Dataset, load_dataset
 from streaming.core.changefeed import Feed, decode_json_value, feed_of
@@ -55,7 +57,9 @@ from streaming.runtime.stopping import (
 )
 from streaming.runtime.upkeep import Upkeep, retention_properties
 from streaming.storage import evolved
+from streaming.storage.commits import BatchCommit
 from streaming.storage.evolution import evolve
+from streaming.storage.log import holds_no_rows, latest_version
 from streaming.storage.maintain import current_tables
 from streaming.storage.pending import applied_snapshots
 from streaming.storage.schemas import (
@@ -108,6 +112,36 @@ def prepare_tables(
     if feeds:
         ensure_table(spark, layout.pending, PENDING_SCHEMA, extra)
     evolve(spark, datasets, layout, deletion_vectors=deletion_vectors, properties=extra)
+    build_scd2_tables(spark, datasets, layout)
+
+
+def build_scd2_tables(spark: SparkSession, datasets: Mapping[str, Dataset], layout: Layout) -> None:
+    """Fill each SCD2 table that holds no rows while its schema's history does, from the whole
+    history (``apply.scd2.backfill``: the code that maintains it batch by batch)."""
+    for name, dataset in datasets.items():
+        for schema in dataset.object_schemas():
+            if schema.scd2 is None:
+                continue
+            paths = layout.object_table(name, schema.name, scd2=True)
+            assert paths.scd2 is not None
+            if not _holds_rows(spark, paths.history) or _holds_rows(spark, paths.scd2):
+                continue
+            commit = BatchCommit(SCD2_BACKFILL, 0, datetime.now(UTC), replay_possible=False)
+            versions, intervals = backfill(spark, paths.history, schema, paths.scd2, commit)
+            log.info(
+                "scd2: built %s's SCD2 table from its history (%s versions → %s intervals)",
+                schema.name,
+                versions,
+                intervals,
+            )
+
+
+SCD2_BACKFILL = "scd2-backfill"
+"""The ``cdc`` of a backfill's commit metadata (and its ``txnAppId``): not the query's."""
+
+
+def _holds_rows(spark: SparkSession, path: str) -> bool:
+    return not holds_no_rows(spark, path, latest_version(spark, path))
 
 
 def _ensure_dir(spark: SparkSession, path: str) -> str:

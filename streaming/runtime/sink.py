@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from connectors.sources import passed_over_dms_files, to_raw_requests
 from streaming.apply import records
 from streaming.apply.objects import TableResult, append_history, apply_to_object_table
+from streaming.apply.scd2 import merge_scd2
 from streaming.core.batch import (
     Admitted,
     RawRequest,
@@ -36,7 +37,7 @@ from streaming.core.batch import (
     transaction_ids,
     triage,
 )
-from streaming.core.catalog import Dataset
+from streaming.core.catalog import Dataset, SchemaDef
 from streaming.core.changefeed import Decode, Feed
 from streaming.core.config import StorageRetryConfig
 from streaming.core.errors import (
@@ -60,7 +61,7 @@ from streaming.core.layout import Layout, ObjectTable
 from streaming.core.outcomes import Outcome, Status
 from streaming.core.plan import Load, PlannedTransaction, plan_transaction
 from streaming.core.requests import Operation
-from streaming.core.results import batch_outcomes
+from streaming.core.results import batch_outcomes, with_scd2_versions
 from streaming.core.steps import segments, waves
 from streaming.inputs.loads import Loaded, changes_only, load_wave
 from streaming.inputs.reader import Reader
@@ -358,10 +359,12 @@ class Sink:
             crash_point("after_tables")
             self._fence()
             commit = timeline.commit()
+            scd2 = self._scd2(applied.history, commit)
             valid = [p for p in planned if p.request.transaction_id not in rejected]
             outcomes = batch_outcomes(
                 verdicts, valid, rejected, applied.failed, applied.loads, commit.batch_id, commit.at
             )
+            with_scd2_versions(outcomes, scd2)
             self._record(verdicts, outcomes, rejected, applied.history, commit, feeds)
         finally:
             self._release()
@@ -496,12 +499,48 @@ class Sink:
         return [load.writes]
 
     def _histories(self, planned: Sequence[PlannedTransaction]) -> set[str]:
-        """The history tables of the object tables the transactions write."""
+        """The history (and SCD2) tables of the object tables the transactions write."""
         return {
-            self.layout.object_table(load.dataset, load.schema.name).history
+            path
             for plan in planned
             for load in plan.loads
             if load.schema.is_object
+            for path in self._object_table(load.dataset, load.schema).derived
+        }
+
+    def _object_table(self, dataset: str, schema: SchemaDef) -> ObjectTable:
+        return self.layout.object_table(dataset, schema.name, scd2=schema.scd2 is not None)
+
+    def _scd2(
+        self,
+        history: Sequence[tuple[TableResult, ObjectTable, BatchCommit]],
+        commit: BatchCommit,
+    ) -> dict[tuple[str, str], int]:
+        """One MERGE per SCD2 table of the batch's history rows (``apply.scd2``), before the
+        ledger records its version: (dataset, schema) → the SCD2 table's version after it.
+        The tables one after the other, each through the session its rows come from (the
+        MERGE's idempotency keys are that session's conf)."""
+        frames: dict[str, list[DataFrame]] = defaultdict(list)
+        for result, paths, _ in history:
+            if paths.scd2 is not None and result.history is not None:
+                frames[paths.scd2].append(result.history)
+        versions: dict[tuple[str, str], int] = {}
+        for path, parts in sorted(frames.items()):
+            dataset, schema = self._scd2_schemas[path]
+            rows = _union(parts)
+            versions[(dataset, schema.name)] = merge_scd2(
+                rows.sparkSession, rows, schema, path, commit
+            )
+        return versions
+
+    @property
+    def _scd2_schemas(self) -> dict[str, tuple[str, SchemaDef]]:
+        """SCD2 table path → (dataset, schema)."""
+        return {
+            self.layout.scd2(name, schema.name): (name, schema)
+            for name, dataset in self.datasets.items()
+            for schema in dataset.object_schemas()
+            if schema.scd2 is not None
         }
 
     @property
@@ -643,7 +682,7 @@ class Sink:
         objects = [
             _TableWrite(
                 loads,
-                paths := self.layout.object_table(loads[0].dataset, loads[0].schema.name),
+                paths := self._object_table(loads[0].dataset, loads[0].schema),
                 {p: timeline.version(p) for p in paths.restorable},
                 step := timeline.next_step(),
                 step.inserts(),

@@ -23,9 +23,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streaming.core.layout import Layout
+from streaming.core.scd2 import split_key
 from streaming.storage.tables import read_table
 
-__all__ = ["CREATED_VERSION", "consistent_versions", "read_consistent"]
+__all__ = ["CREATED_VERSION", "consistent_versions", "read_consistent", "read_consistent_scd2"]
 
 CREATED_VERSION = 0
 """The version of a table the job created empty (``job.prepare_tables``): the consistent version
@@ -33,9 +34,9 @@ of a table no committed transaction has written yet."""
 
 
 def consistent_versions(spark: SparkSession, layout: Layout) -> dict[str, int]:
-    """Table path (``layout.table``) → the highest version any committed transaction recorded
-    for it in the ledger: the table as of the ledger's last batch. Only tables some transaction
-    wrote are listed (see ``read_consistent`` for the others)."""
+    """Table path (``layout.table``, ``layout.scd2``) → the highest version any committed
+    transaction recorded for it in the ledger: the table as of the ledger's last batch. Only
+    tables some transaction wrote are listed (see ``read_consistent`` for the others)."""
     rows = (
         read_table(spark, layout.ledger)
         .select(
@@ -48,7 +49,14 @@ def consistent_versions(spark: SparkSession, layout: Layout) -> dict[str, int]:
         .agg(F.max("version").alias("version"))
         .collect()
     )
-    return {layout.table(r["dataset"], r["schema"]): int(r["version"]) for r in rows}
+    return {_path(layout, r["dataset"], r["schema"]): int(r["version"]) for r in rows}
+
+
+def _path(layout: Layout, dataset: str, key: str) -> str:
+    """The table a ledger ``table_versions`` key names: ``<schema>`` its current table,
+    ``<schema>#scd2`` its SCD2 table (``core.scd2.scd2_key``)."""
+    schema, scd2 = split_key(key)
+    return layout.scd2(dataset, schema) if scd2 else layout.table(dataset, schema)
 
 
 def read_consistent(
@@ -64,3 +72,19 @@ def read_consistent(
     chosen = consistent_versions(spark, layout) if versions is None else versions
     path = layout.table(dataset, schema)
     return read_table(spark, path, chosen.get(path, CREATED_VERSION))
+
+
+def read_consistent_scd2(
+    spark: SparkSession,
+    layout: Layout,
+    dataset: str,
+    schema: str,
+    versions: Mapping[str, int] | None = None,
+) -> DataFrame:
+    """The SCD2 table of ``schema`` at its consistent version (as ``read_consistent``): the
+    version the ledger recorded with the last batch. A table no batch has recorded yet is read
+    at its latest version: as created, or as the startup built it from history
+    (``job.build_scd2_tables``)."""
+    chosen = consistent_versions(spark, layout) if versions is None else versions
+    path = layout.scd2(dataset, schema)
+    return read_table(spark, path, chosen.get(path))

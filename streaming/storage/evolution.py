@@ -61,6 +61,7 @@ from streaming.storage.schemas import (
     SPARK_TYPES,
     current_schema,
     history_schema,
+    scd2_schema,
     tombstones_schema,
 )
 from streaming.storage.tables import ensure_table
@@ -82,7 +83,7 @@ DELTA_RS_READS_TYPE_WIDENING = False
 these reader features: {'typeWidening'} but these are not yet supported by the deltalake
 reader"), and Delta widens a column's type only with that feature. So no widening is applied."""
 
-Role = Literal["current", "history", "tombstones"]
+Role = Literal["current", "history", "tombstones", "scd2"]
 
 
 class IncompatibleSchemaChange(ConfigError):
@@ -373,6 +374,11 @@ def schema_tables(
     extra = dict(properties or {})
     vectors = {**extra, DELETION_VECTORS_PROPERTY: str(deletion_vectors).lower()}
     if schema.is_object:
+        scd2 = (
+            [TableSpec("scd2", layout.scd2(dataset, schema.name), scd2_schema(schema), extra)]
+            if schema.scd2 is not None
+            else []
+        )
         return [
             TableSpec(
                 "current",
@@ -392,6 +398,7 @@ def schema_tables(
                 history_schema(schema),
                 {**HISTORY_TABLE_PROPERTIES, **extra},
             ),
+            *scd2,
         ]
     if schema.is_record or schema.materialized:
         return [

@@ -35,16 +35,22 @@ def all_tables(layout: Layout, datasets: Mapping[str, Dataset]) -> Iterator[str]
     yield from (layout.ledger, layout.outcomes, layout.quarantine)
     for name, dataset in datasets.items():
         for schema in dataset.object_schemas():
-            paths = layout.object_table(name, schema.name)
-            yield from (paths.current, paths.tombstones, paths.history)
+            paths = layout.object_table(name, schema.name, scd2=schema.scd2 is not None)
+            yield from (paths.current, paths.tombstones, *paths.derived)
 
 
 def current_tables(layout: Layout, datasets: Mapping[str, Dataset]) -> set[str]:
-    """The tables MERGEd by id (one row per key)."""
+    """The tables MERGEd by id (one row per key), and the SCD2 tables (MERGEd by id and
+    ``__version``: clustered by id, their MERGEs read and rewrite the files of the batch's ids
+    only)."""
     return {
-        layout.table(name, schema.name)
+        path
         for name, dataset in datasets.items()
         for schema in dataset.object_schemas()
+        for path in (
+            layout.table(name, schema.name),
+            *([layout.scd2(name, schema.name)] if schema.scd2 is not None else []),
+        )
     }
 
 

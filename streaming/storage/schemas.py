@@ -160,5 +160,21 @@ def history_schema(schema: SchemaDef) -> StructType:
     return StructType([*current_schema(schema).fields, *HISTORY_FIELDS])
 
 
+SCD2_FIELDS = [
+    StructField("__start_at", TimestampType(), nullable=False),
+    StructField("__end_at", TimestampType()),
+    StructField("__is_current", BooleanType(), nullable=False),
+    StructField("__deleted", BooleanType(), nullable=False),
+    StructField("__transaction_id", StringType(), nullable=False),
+    StructField("__version", LongType(), nullable=False),
+]
+"""An SCD2 interval's columns after ``id`` and the properties (``core.scd2.COLUMNS``)."""
+
+
+def scd2_schema(schema: SchemaDef) -> StructType:
+    """Columns of a schema's SCD2 table: ``id``, the properties, the interval's columns."""
+    return StructType([META_FIELDS[0], *spark_schema(schema).fields, *SCD2_FIELDS])
+
+
 CURRENT_TABLE_PROPERTIES = {"delta.enableChangeDataFeed": "true"}
 HISTORY_TABLE_PROPERTIES = {"delta.appendOnly": "true"}

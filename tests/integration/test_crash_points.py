@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 
 from streaming.core.config import load_config
 from streaming.core.faults import CRASH_ENV, POINTS
+from streaming.core.scd2 import intervals
 from streaming.runtime.job import Job
 from tests.support import Workspace, request
 from tests.support.cdc import cdc_env, run_cdc
@@ -37,11 +38,18 @@ landing: {transactions: ./landing/transactions}
 allowed_locations: [./data]
 spark: {shuffle_partitions: 2}
 """
-TABLES = DOG_CAT_TABLES
+DATASET = DOG_CAT.replace(
+    "petstore.Dog:\n  properties: {name: {type: string}}\n",
+    "petstore.Dog:\n  properties: {name: {type: string}}\n  scd2: true\n",
+)
+"""Dog keeps an SCD2 table: MERGEd once the current tables are written, before the ledger."""
+assert DATASET != DOG_CAT
+TABLES = {**DOG_CAT_TABLES, "Dog scd2": ("petstore", "_scd2", "petstore", "Dog")}
 CURRENT = ("Dog", "Dog tombstones", "Cat", "Cat tombstones")
 """What applying the batch's segment writes (each object table's current and tombstones)."""
-RECORDED = ("Dog history", "Cat history", "ledger", "quarantine")
-"""What ``Sink._record`` appends side by side once every current table is written."""
+RECORDED = ("Dog scd2", "Dog history", "Cat history", "ledger", "quarantine")
+"""What the batch writes once every current table is: the SCD2 MERGE, then ``Sink._record``'s
+appends side by side."""
 
 DONE: dict[str, list[tuple[Any, ...]]] = {
     "Dog": [("dog1", 1, "Rex")],
@@ -50,6 +58,8 @@ DONE: dict[str, list[tuple[Any, ...]]] = {
     "Cat": [("cat1", 1, "Tom")],
     "Cat tombstones": [],
     "Cat history": [("cat1", 1, "i", "tx-1")],
+    # dog2, inserted and deleted in one batch (one commit time), has no interval
+    "Dog scd2": [("dog1", 1, "Rex", None, False)],
     "ledger": [("tx-1", 0, "COMMITTED"), ("tx-2", 0, "COMMITTED")],
     "outcomes": [("tx-1", "COMMITTED", 0), ("tx-2", "COMMITTED", 0), ("tx-3", "REJECTED", 0)],
     "quarantine": [("tx-3", "INVALID_JSON", 0)],
@@ -66,6 +76,8 @@ def rows(ws: Workspace, name: str) -> list[tuple[Any, ...]]:
         out = [(r["id"], r["version"], r["name"]) for r in items]
     elif name.endswith("tombstones"):
         out = [(r["id"], r["version"]) for r in items]
+    elif name.endswith("scd2"):
+        out = [(r["id"], r["__version"], r["name"], r["__end_at"], r["__deleted"]) for r in items]
     elif name.endswith("history"):
         out = [(r["id"], r["version"], r["__op"], r["__transaction_id"]) for r in items]
     elif name == "ledger":
@@ -132,7 +144,7 @@ def check_left_behind(point: str, ws: Workspace) -> None:
 def test_killed_at_a_crash_point_then_restarted_applies_everything_once(
     spark: SparkSession, ws: Workspace, point: str
 ) -> None:
-    ws.dataset("petstore", DOG_CAT)
+    ws.dataset("petstore", DATASET)
     (ws.root / "cdc.yaml").write_text(CONFIG)
     ws.data(
         "one/petstore/Dog/part.json", {"id": "dog1", "name": "Rex"}, {"id": "dog2", "name": "Fido"}
@@ -159,6 +171,10 @@ def test_killed_at_a_crash_point_then_restarted_applies_everything_once(
     Job.create(spark, load_config(ws.root / "cdc.yaml")).run(once=True)
 
     assert state(ws) == DONE  # every row once: nothing lost, nothing written twice
+    history = deltalake.DeltaTable(str(ws.root.joinpath("warehouse", *TABLES["Dog history"])))
+    scd2 = deltalake.DeltaTable(str(ws.root.joinpath("warehouse", *TABLES["Dog scd2"])))
+    want = intervals(history.to_pyarrow_table().to_pylist(), ["name"], ["name"])
+    assert scd2.to_pyarrow_table().to_pylist() == want  # the reference over history
     assert batch_files(ws, "commits") == ["0"]  # the restart replayed batch 0 and finished it
     # Each table written by one commit (a replay skips a commit its batch made before the kill),
     # or none (Cat's tombstones: nothing deleted).

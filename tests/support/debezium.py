@@ -22,8 +22,10 @@ def feed(
     metadata: bool = True,
     max_wait: timedelta = timedelta(minutes=10),
     max_pending_events: int = 100_000,
+    time_property: str | None = None,
 ) -> Feed:
-    """A Debezium feed of dataset ``shop``: source table → schema."""
+    """A Debezium feed of dataset ``shop``: source table → schema (``time_property``: the
+    property its events fill with the source's commit time)."""
     tables = dict(tables or {"public.customers": "shop.Customer", "public.orders": "shop.Order"})
     return Feed(
         "pg",
@@ -35,6 +37,7 @@ def feed(
         "sourcePosition",
         max_wait,
         max_pending_events,
+        time_property=time_property,
     )
 
 
@@ -87,6 +90,7 @@ class Topics:
         self.lsn += 10
         source: dict[str, Any] = {"connector": "postgresql"}
         source["lsn"] = self.lsn if lsn is None else lsn
+        source["ts_ms"] = 1_700_000_000_000 + self.lsn  # the source's commit time
         if snapshot is not None:
             source["snapshot"] = snapshot
         value: dict[str, Any] = {

@@ -7,7 +7,7 @@ import json
 import pickle
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -536,6 +536,32 @@ def test_a_schema_without_the_position_watermark_stops_the_job_naming_the_key() 
     assert "watermark: [sourcePosition]" in e.value.message
 
 
+def test_a_time_property_that_is_not_a_datetime_stops_the_job_naming_the_key() -> None:
+    datasets = {"shop": parse_dataset("shop", yaml.safe_load(SHOP))}
+    cfg = ChangeFeedConfig(name="pg", dataset="shop", topic_prefix="pg", time_property="name")
+    with pytest.raises(ConfigError) as e:
+        feed_of(cfg, 0, datasets)
+    assert "kafka.change_feeds[0].time_property: schema shop.Customer" in e.value.message
+    assert "`name: {type: datetime}`" in e.value.message
+
+
+def test_a_time_property_stages_each_events_source_commit_time() -> None:
+    from streaming.core.changefeed import TIME_COLUMN, column_mapping, read_debezium, staged_row
+
+    timed = feed(time_property="changedAt")
+    topics = Topics()
+    record = topics.event("public.customers", "c", {"id": 1, "name": "Ann"})
+    event = read_debezium(timed, record, decode_json_value)
+    assert isinstance(event, DataEvent)
+    stamp = json.loads(record.value or b"{}")["source"]["ts_ms"]
+    expected = datetime.fromtimestamp(stamp / 1000, UTC).isoformat(timespec="milliseconds")
+    assert staged_row(event)[TIME_COLUMN] == expected.replace("+00:00", "Z")
+    assert column_mapping(timed)["changedAt"] == TIME_COLUMN
+    untimed = read_debezium(feed(), record, decode_json_value)
+    assert isinstance(untimed, DataEvent) and TIME_COLUMN not in staged_row(untimed)
+    assert "changedAt" not in column_mapping(feed())
+
+
 def test_a_feed_maps_every_object_schema_to_its_topic_by_default() -> None:
     datasets = {"shop": parse_dataset("shop", yaml.safe_load(SHOP))}
     got = feed_of(ChangeFeedConfig(name="pg", dataset="shop", topic_prefix="db"), 0, datasets)
@@ -1015,3 +1041,14 @@ def test_records_that_cannot_end_the_snapshot_are_not_decoded_again() -> None:
         {"shop": parse_dataset("shop", yaml.safe_load(SHOP))},
     )
     assert ends_snapshot(dms, ready, counting) is None  # DMS marks no snapshot
+
+
+def test_a_dms_messages_time_is_its_metadata_timestamp() -> None:
+    from streaming.core.changefeed import TIME_COLUMN, read_dms, staged_row
+
+    record = dms_record(0, "update", {"ID": 1}, "2024-01-01T00:00:01.000000Z")
+    timed = read_dms(replace(dms_feed(), time_property="changedAt"), record, decode_json_value)
+    assert isinstance(timed, DataEvent)
+    assert staged_row(timed)[TIME_COLUMN] == "2024-01-01T00:00:01.000000Z"
+    plain = read_dms(dms_feed(), record, decode_json_value)
+    assert isinstance(plain, DataEvent) and TIME_COLUMN not in staged_row(plain)

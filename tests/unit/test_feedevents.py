@@ -171,11 +171,13 @@ def records_of(plan: list[tuple[Any, ...]]) -> tuple[list[Received], list[str]]:
     st.sampled_from([3, 10, 100_000]),
     st.sets(st.integers(0, 7)),
     st.booleans(),
+    st.booleans(),
 )
 def test_decided_summaries_give_what_the_reference_assembles(
-    plan, later, max_pending, resent, metadata
+    plan, later, max_pending, resent, metadata, timed
 ) -> None:
-    feed_ = feed(max_pending_events=max_pending, metadata=metadata)
+    time_property = "changedAt" if timed else None
+    feed_ = feed(max_pending_events=max_pending, metadata=metadata, time_property=time_property)
     records, ends = records_of(plan)
     committed_ids = {feed_.transaction_id(ends[i]) for i in resent if i < len(ends)}
 
