@@ -133,7 +133,7 @@ class Profiler:
     def __enter__(self) -> Profiler:
         from streaming.apply import objects as apply
         from streaming.inputs import loads
-        from streaming.runtime import feeds, sink
+        from streaming.runtime import feeds, metering, sink
         from streaming.storage import ledger, system, timeline
 
         sink_cls = sink.Sink
@@ -173,7 +173,7 @@ class Profiler:
         self.wrap(feeds.FeedBatch, "release", "change feeds: release cached frames")
         self.wrap(feeds.ChangeFeeds, "finished", "change feeds: finished")
         self.wrap(sink_cls, "_snapshots_applied", "change feeds: snapshots applied")
-        self.wrap(sink.Meter, "stop", "meter: table sizes after the batch")
+        self.wrap(metering.Meter, "stop", "meter: table sizes after the batch")
         self.wrap(sink_cls, "_record", "record: history, ledger, quarantine, then outcomes")
         self.wrap(sink, "append_history", "append history")
         self.wrap(ledger, "record", "ledger append")
