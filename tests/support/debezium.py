@@ -13,6 +13,8 @@ from typing import Any
 from streaming.core.changefeed import Feed, Received
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+TS_MS_BASE = 1_700_000_000_000
+"""An event's ``source.ts_ms`` is this plus its LSN: commit times in the LSNs' order."""
 
 
 def feed(
@@ -90,7 +92,7 @@ class Topics:
         self.lsn += 10
         source: dict[str, Any] = {"connector": "postgresql"}
         source["lsn"] = self.lsn if lsn is None else lsn
-        source["ts_ms"] = 1_700_000_000_000 + self.lsn  # the source's commit time
+        source["ts_ms"] = TS_MS_BASE + source["lsn"]  # the source's commit time
         if snapshot is not None:
             source["snapshot"] = snapshot
         value: dict[str, Any] = {

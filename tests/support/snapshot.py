@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from tests.support.debezium import Topics
+from tests.support.debezium import TS_MS_BASE, Topics
 
 SNAPSHOT_LSN = Topics().lsn
 """The LSN of every snapshot read: a fresh ``Topics``' starting LSN (1000), so every change it
@@ -86,7 +86,8 @@ def snapshot_records(
             value = (
                 f'{head}{ident}", "owner": "owner-{n * 7919 % 50_000}", "balance": '
                 f'{n * 104_729 % 1_000_000}, "status": "{STATUSES[n % 5]}"}}, "source": '
-                f'{{"connector": "postgresql", "lsn": {lsn}, "snapshot": "{mark}"}}, '
+                f'{{"connector": "postgresql", "lsn": {lsn}, "ts_ms": {TS_MS_BASE + lsn}, '
+                f'"snapshot": "{mark}"}}, '
                 '"op": "r", "ts_ms": 0, "transaction": null}'
             )
             yield topic, f'{{"id": "{ident}"}}'.encode(), value.encode()
