@@ -127,6 +127,7 @@ def _one_size(
             **meter.summary(),
             "seconds": round(with_scd2.seconds, 3),
             "statuses": with_scd2.statuses,
+            "profile": with_scd2.profile,
         }
         _say_summary(per_batch, "ours_scd2", result["ours_scd2"])
         rows["ours_scd2"] = _rows(scd2_tables)
@@ -206,18 +207,19 @@ def render_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def profile_lines(result: dict[str, Any], size: str) -> list[str]:
+def profile_lines(result: dict[str, Any], size: str, contender: str = "ours") -> list[str]:
     """Where our batches of one size went (``bench.profile``'s regions): mean seconds and Spark
-    jobs per batch, the first batch included."""
+    jobs per batch, the first batch included. ``contender``: ours, or ours_scd2 (``--scd2``)."""
     run = result["runs"].get(size)
-    if run is None or not run["ours"].get("profile"):
+    if run is None or contender not in run or not run[contender].get("profile"):
         return []
-    count = run["ours"]["batches"] or 1
+    count = run[contender]["batches"] or 1
     out = [
-        f"profile of Batch {size} ours: mean per batch over its {count} batches (first included)",
+        f"profile of Batch {size} {contender}: mean per batch over its {count} batches "
+        "(first included)",
         f"  {'region':<58} {'s/batch':>8} {'jobs/batch':>11}",
     ]
-    for entry in run["ours"]["profile"]:
+    for entry in run[contender]["profile"]:
         depth = len(entry["path"]) - 1
         name = "  " * depth + entry["path"][-1]
         jobs = entry.get("jobs")

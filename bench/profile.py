@@ -132,6 +132,7 @@ class Profiler:
 
     def __enter__(self) -> Profiler:
         from streaming.apply import objects as apply
+        from streaming.apply import scd2
         from streaming.inputs import loads
         from streaming.runtime import feeds, metering, sink
         from streaming.storage import ledger, system, timeline
@@ -167,6 +168,13 @@ class Profiler:
         self.wrap(apply, "append", "append new keys / tombstones / history")
         self.wrap(apply, "latest_version", "table log: latest version")
         self.wrap(apply, "_append_tombstones", "append tombstones")
+        self.wrap(sink_cls, "_derived", "history appends and SCD2 MERGEs")
+        self.wrap(sink, "merge_scd2", "one SCD2 table")
+        self.wrap(scd2, "batch_commits", "SCD2: done in a replayed batch?")
+        self.wrap(scd2, "_keys", "SCD2: the batch's ids")
+        self.wrap(scd2, "_driver_source", "SCD2: seeds read, intervals on the driver")
+        self.wrap(scd2, "on_conflict_retry", "SCD2: seeds, intervals, MERGE")
+        self.wrap(scd2, "latest_version", "SCD2: table log, latest version")
         self.wrap(sink, "batch_outcomes", "build outcomes")
         self.wrap(sink_cls, "_progress", "progress: log line, metrics")
         self.wrap(sink_cls, "_release", "release the batch's cached frames")
@@ -174,7 +182,7 @@ class Profiler:
         self.wrap(feeds.ChangeFeeds, "finished", "change feeds: finished")
         self.wrap(sink_cls, "_snapshots_applied", "change feeds: snapshots applied")
         self.wrap(metering.Meter, "stop", "meter: table sizes after the batch")
-        self.wrap(sink_cls, "_record", "record: history, ledger, quarantine, then outcomes")
+        self.wrap(sink_cls, "_record", "record: ledger, quarantine, then outcomes")
         self.wrap(sink, "append_history", "append history")
         self.wrap(ledger, "record", "ledger append")
         self.wrap(system, "quarantine", "quarantine append")

@@ -1120,9 +1120,12 @@ def render(results: dict[str, Any]) -> str:
     for work in ("W1", "W1K", "W2", "FullLoad"):
         if work in results:
             lines += ["", *profile_lines(f"{work} ours", results[work]["ours"])]
+            if "ours_scd2" in results[work]:
+                lines += ["", *profile_lines(f"{work} ours_scd2", results[work]["ours_scd2"])]
     if "Batch" in results:
         for size in results["Batch"]["runs"]:
-            lines += ["", *batch.profile_lines(results["Batch"], size)]
+            for contender in ("ours", "ours_scd2"):
+                lines += ["", *batch.profile_lines(results["Batch"], size, contender)]
     lines += ["", "targets:"]
     for work, name, get, op, bound in TARGETS:
         value = get(results)

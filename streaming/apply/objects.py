@@ -207,6 +207,8 @@ class TableResult:
     counts: dict[tuple[int, Effect], int]
     version: int
     history: DataFrame | None
+    on_driver: bool = False
+    """``history`` is a local relation of rows folded on the driver (``_apply_small``)."""
 
 
 DRIVER_FOLD_MAX_ROWS = 20_000
@@ -369,7 +371,7 @@ def _apply_small(
                 spark.createDataFrame([r for r in out if r["__row_kind"] == "history"], out_schema),
                 props,
             )
-    return TableResult(dict(counts), latest_version(spark, paths.current), history)
+    return TableResult(dict(counts), latest_version(spark, paths.current), history, on_driver=True)
 
 
 def _writes(counts: Mapping[tuple[int, Effect], int]) -> bool:

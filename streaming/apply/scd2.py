@@ -11,6 +11,11 @@ does over the complete history; the result goes into the table with ONE Delta ME
 that became empty), new ones inserted. The same code builds a whole table from history
 (``backfill``: no seeds).
 
+A batch folded on the driver (``on_driver``: a few thousand rows at most) skips the windows: its
+rows and their seeds are collected (one Spark job for the seeds) and ``core.scd2.step`` — the
+reference's own rules — gives the rows that change, the MERGE's source. Spark's window plans
+cost several jobs per MERGE, twice what the MERGE itself costs at that size.
+
 The MERGE is made once per batch: Delta's ``txnAppId`` / ``txnVersion`` (``commits.idempotent``)
 skip it in a replayed batch, and a replay that finds the batch's commit in the table's log
 (``commits.batch_commits``) computes nothing.
@@ -24,9 +29,20 @@ from collections.abc import Sequence
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, StructField, StructType
 
 from streaming.core.catalog import SchemaDef
-from streaming.core.scd2 import COLUMNS, CURRENT, DELETED, END, START, TRANSACTION, VERSION
+from streaming.core.scd2 import (
+    COLUMNS,
+    CURRENT,
+    DELETED,
+    DROP,
+    END,
+    START,
+    TRANSACTION,
+    VERSION,
+    step,
+)
 from streaming.storage.commits import BatchCommit, batch_commits, idempotent
 from streaming.storage.log import latest_version
 from streaming.storage.retry import on_conflict_retry
@@ -38,14 +54,13 @@ KEY_PUSHDOWN_MAX = 2_000
 """Up to this many ids are pushed into the read of the seeds and the MERGE condition
 (``id IN (...)``) for Delta's file skipping; more are a semi-join."""
 
-_ORD, _RAW, _DEL, _SEED, _BOUNDARY, _SEG, _DROP = (
+_ORD, _RAW, _DEL, _SEED, _BOUNDARY, _SEG = (
     "__ord",
     "__raw",
     "__del",
     "__seed",
     "__boundary",
     "__seg",
-    "__drop",
 )
 _L_OPEN, _L_DELETE, _O_OPEN = -3, -2, -1
 """``__ord`` of the seeds: before every history version (versions are positive)."""
@@ -120,13 +135,13 @@ def _steps(history: DataFrame, schema: SchemaDef, seeds: DataFrame | None) -> Da
         (F.col(END).isNotNull() & ~lives_on).alias(DELETED),
         F.col(TRANSACTION),
         F.col(VERSION),
-        (~survives).alias(_DROP),
+        (~survives).alias(DROP),
     )
 
 
-def _seeds(table: DataFrame, props: Sequence[str]) -> DataFrame:
-    """The intervals of the batch's ids (``table``) the batch can change, as seed rows: the
-    open one, the closed one adjacent to it, or (a deleted row) the last one and its delete."""
+def _kept(table: DataFrame) -> DataFrame:
+    """The stored intervals (of the batch's ids: ``table``) the batch can change: the open one
+    and the closed one that ends where it starts, or (a deleted row) the last one."""
     by_id = Window.partitionBy("id")
     is_open = F.col(END).isNull()
     known = table.select(
@@ -136,7 +151,14 @@ def _seeds(table: DataFrame, props: Sequence[str]) -> DataFrame:
     )
     last = ~is_open & (F.col(END) == F.col("__last_end"))
     adjacent = F.col("__open_start").isNull() | (F.col(END) == F.col("__open_start"))
-    kept = known.where(is_open | (last & adjacent))
+    return known.where(is_open | (last & adjacent))
+
+
+def _seeds(table: DataFrame, props: Sequence[str]) -> DataFrame:
+    """``_kept``'s intervals as seed rows: each one's start, and the delete at the end of a
+    closed one when no interval is open."""
+    kept = _kept(table)
+    is_open = F.col(END).isNull()
 
     def seed(ord_: Column, at: str, deleted: bool) -> list[Column]:
         return [
@@ -165,30 +187,38 @@ def merge_scd2(
     commit: BatchCommit,
     *,
     seeded: bool = True,
+    on_driver: bool = False,
 ) -> int:
     """Apply ``history`` (one table's history rows of a batch, in the history table's columns)
     to the SCD2 table at ``path`` with one MERGE, once per batch; the table's version after it.
     ``seeded``: read the intervals the rows' ids have (False: the table holds none of them —
-    a backfill)."""
+    a backfill). ``on_driver``: ``history`` is a small batch's rows held on the driver (a local
+    relation): its intervals are computed there by ``core.scd2.step`` over the seeds it reads,
+    and the MERGE's source is the few rows that change."""
     if commit.replay_possible:
         done = batch_commits(spark, path, commit.query, commit.batch_id).get(commit.step)
         if done is not None:
             return done[0]
     props = schema.data_columns()
-    keys: list[str] | None = None
-    seeds = None
     condition = (F.col("t.id") == F.col("s.id")) & (F.col(f"t.{VERSION}") == F.col(f"s.{VERSION}"))
-    if seeded:
-        found = history.select("id").distinct().limit(KEY_PUSHDOWN_MAX + 1).collect()
-        table = read_table(spark, path)
-        if len(found) <= KEY_PUSHDOWN_MAX:
-            keys = sorted(r["id"] for r in found)
-            table = table.where(one_of(F.col("id"), keys))
+    if on_driver:
+        source, keys = _driver_source(spark, history, schema, path)
+        if source is None:  # nothing changes (e.g. a row inserted and deleted at one time)
+            return latest_version(spark, path)
+        if keys is not None:
             condition = condition & one_of(F.col("t.id"), keys)
-        else:
-            table = table.join(history.select("id").distinct(), "id", "left_semi")
-        seeds = _seeds(table, props)
-    source = _steps(history, schema, seeds)
+    else:
+        seeds = None
+        if seeded:
+            keys = _keys(history)
+            table = read_table(spark, path)
+            if keys is not None:
+                table = table.where(one_of(F.col("id"), keys))
+                condition = condition & one_of(F.col("t.id"), keys)
+            else:
+                table = table.join(history.select("id").distinct(), "id", "left_semi")
+            seeds = _seeds(table, props)
+        source = _steps(history, schema, seeds)
     values = {c: F.col(f"s.{c}") for c in ["id", *props, *COLUMNS]}
 
     def merge() -> None:
@@ -197,14 +227,45 @@ def merge_scd2(
                 DeltaTable.forPath(spark, path)
                 .alias("t")
                 .merge(source.alias("s"), condition)
-                .whenMatchedDelete(condition=f"s.{_DROP}")
+                .whenMatchedDelete(condition=f"s.{DROP}")
                 .whenMatchedUpdate(set=values)  # type: ignore[arg-type]
-                .whenNotMatchedInsert(condition=f"NOT s.{_DROP}", values=values)  # type: ignore[arg-type]
+                .whenNotMatchedInsert(condition=f"NOT s.{DROP}", values=values)  # type: ignore[arg-type]
                 .execute()
             )
 
     on_conflict_retry(merge, what=path)
     return latest_version(spark, path)
+
+
+def _driver_source(
+    spark: SparkSession, history: DataFrame, schema: SchemaDef, path: str
+) -> tuple[DataFrame | None, list[str] | None]:
+    """The MERGE source of a small batch (``core.scd2.step`` over its history rows and the
+    seeds of their ids, read with one Spark job), and its ids when few enough to push down."""
+    rows = [r.asDict() for r in history.collect()]  # a local relation: no Spark job
+    table = read_table(spark, path)
+    ids = sorted({r["id"] for r in rows})
+    if len(ids) <= KEY_PUSHDOWN_MAX:
+        stored = table.where(one_of(F.col("id"), ids))
+    else:
+        wanted = spark.createDataFrame([(i,) for i in ids], StructType([table.schema["id"]]))
+        stored = table.join(wanted, "id", "left_semi")
+    kept = [r.asDict() for r in _kept(stored).select(*table.columns).collect()]
+    scd2 = schema.scd2
+    valid_from = scd2.valid_from if scd2 is not None else None
+    changes = step(kept, rows, schema.data_columns(), schema.scd2_tracked(), valid_from)
+    if not changes:
+        return None, None
+    out = StructType([*table.schema.fields, StructField(DROP, BooleanType(), False)])
+    source = spark.createDataFrame([tuple(r[f] for f in out.fieldNames()) for r in changes], out)
+    keys = sorted({r["id"] for r in changes})
+    return source, keys if len(keys) <= KEY_PUSHDOWN_MAX else None
+
+
+def _keys(history: DataFrame) -> list[str] | None:
+    """The ids of ``history``, sorted, if at most ``KEY_PUSHDOWN_MAX``; else None."""
+    found = history.select("id").distinct().limit(KEY_PUSHDOWN_MAX + 1).collect()
+    return sorted(r["id"] for r in found) if len(found) <= KEY_PUSHDOWN_MAX else None
 
 
 def backfill(

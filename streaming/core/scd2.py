@@ -90,37 +90,113 @@ def intervals(
         by_id[row["id"]].append(row)
     out: list[dict[str, Any]] = []
     for key in sorted(by_id):
-        out.extend(_of_id(key, by_id[key], properties, track, valid_from))
+        rows = sorted(by_id[key], key=lambda r: r["version"])
+        entries = [_Entry(r, validity_time(r, valid_from)) for r in rows]
+        out.extend(_of_id(key, entries, properties, track))
+    return out
+
+
+DROP = "__drop"
+"""``step``'s rows: True for a stored interval that no longer exists (to be deleted)."""
+
+
+def step(
+    stored: Iterable[Mapping[str, Any]],
+    history: Iterable[Mapping[str, Any]],
+    properties: Sequence[str],
+    track: Sequence[str],
+    valid_from: str | None = None,
+) -> list[dict[str, Any]]:
+    """One batch's change to an SCD2 table: the rows to write (``DROP`` False: insert or
+    update by ``(id, __version)``) and to delete (``DROP`` True).
+
+    ``history``: the batch's history rows (every version of the batch, of any ids);
+    ``stored``: the SCD2 rows of those ids the batch can change — each id's open interval and
+    the closed one that ends where it starts, or (a deleted row) its last interval
+    (``apply.scd2``'s seed read). The rows equal what ``intervals`` gives over the complete
+    history from those intervals on; an interval written as it is stored is left out."""
+    by_id: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in history:
+        by_id[row["id"]].append(row)
+    known: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in stored:
+        known[row["id"]].append(row)
+    out: list[dict[str, Any]] = []
+    for key in sorted(by_id):
+        seeds = sorted(known.get(key, []), key=lambda r: r[START])
+        entries = [
+            *_seed_entries(seeds),
+            *(
+                _Entry(r, validity_time(r, valid_from))
+                for r in sorted(by_id[key], key=lambda r: r["version"])
+            ),
+        ]
+        now = {r[VERSION]: r for r in _of_id(key, entries, properties, track)}
+        before = {r[VERSION]: r for r in seeds}
+        for version, row in now.items():
+            if before.get(version) != row:
+                out.append({**row, DROP: False})
+        out.extend({**r, DROP: True} for v, r in before.items() if v not in now)
+    return out
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A version of an id (a history row) at its validity time, or a stored interval's start
+    or end (``seed``: always a boundary, as it was when the interval was written)."""
+
+    row: Mapping[str, Any]
+    at: datetime
+    seed: bool = False
+    deleted: bool = False
+
+
+def _seed_entries(seeds: Sequence[Mapping[str, Any]]) -> list[_Entry]:
+    """Stored intervals (ordered by start) as boundaries: each one's start, and the end of a
+    closed one when no interval is open (the row was deleted there)."""
+
+    def row(interval: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            **interval,
+            "version": interval[VERSION],
+            "__transaction_id": interval[TRANSACTION],
+        }
+
+    out = [_Entry(row(s), s[START], seed=True) for s in seeds]
+    if seeds and seeds[-1][END] is not None:
+        out.append(_Entry(row(seeds[-1]), seeds[-1][END], seed=True, deleted=True))
     return out
 
 
 def _of_id(
     key: str,
-    rows: list[Mapping[str, Any]],
+    entries: Sequence[_Entry],
     properties: Sequence[str],
     track: Sequence[str],
-    valid_from: str | None,
 ) -> list[dict[str, Any]]:
     segments: list[Segment] = []
     before: Mapping[str, Any] | None = None
+    before_deleted = False
     high: datetime | None = None
-    for row in sorted(rows, key=lambda r: r["version"]):
+    for entry in entries:
+        row = entry.row
         values = {p: row.get(p) for p in properties}
-        if row["__deleted"]:
+        deleted = entry.deleted or (not entry.seed and bool(row["__deleted"]))
+        if deleted:
             opens, boundary = False, True
         else:
             boundary = (
-                before is None
-                or bool(before["__deleted"])
+                entry.seed
+                or before is None
+                or before_deleted
                 or any(row.get(p) != before.get(p) for p in track)
             )
             opens = True
-        before = row
+        before, before_deleted = row, deleted
         if not boundary:  # type 1: the open interval takes the version's values
             segments[-1] = replace(segments[-1], values=values)
             continue
-        at = validity_time(row, valid_from)
-        high = at if high is None or at > high else high
+        high = entry.at if high is None or entry.at > high else high
         segments.append(Segment(high, opens, row["version"], row["__transaction_id"], values))
     out: list[dict[str, Any]] = []
     for i, segment in enumerate(segments):
@@ -131,7 +207,7 @@ def _of_id(
             continue  # empty: a later boundary at the same time wins
         deleted = False
         if end is not None:  # the last boundary at ``end`` says whether the row lives on
-            last = max((s for s in segments if s.start == end), key=lambda s: s.version)
+            last = [s for s in segments if s.start == end][-1]
             deleted = not last.opens
         out.append(
             {

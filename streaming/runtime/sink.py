@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -88,6 +88,7 @@ from streaming.storage.tables import read_table
 from streaming.storage.timeline import Timeline
 from streaming.storage.tombstones import DeletedKeys
 
+R = TypeVar("R")
 log = logging.getLogger(__name__)
 
 Publisher = Callable[[Sequence[Outcome]], None]
@@ -359,13 +360,13 @@ class Sink:
             crash_point("after_tables")
             self._fence()
             commit = timeline.commit()
-            scd2 = self._scd2(applied.history, commit)
+            scd2 = self._derived(applied.history, commit)
             valid = [p for p in planned if p.request.transaction_id not in rejected]
             outcomes = batch_outcomes(
                 verdicts, valid, rejected, applied.failed, applied.loads, commit.batch_id, commit.at
             )
             with_scd2_versions(outcomes, scd2)
-            self._record(verdicts, outcomes, rejected, applied.history, commit, feeds)
+            self._record(verdicts, outcomes, rejected, commit, feeds)
         finally:
             self._release()
         if feeds is not None:
@@ -511,26 +512,50 @@ class Sink:
     def _object_table(self, dataset: str, schema: SchemaDef) -> ObjectTable:
         return self.layout.object_table(dataset, schema.name, scd2=schema.scd2 is not None)
 
-    def _scd2(
+    def _derived(
         self,
         history: Sequence[tuple[TableResult, ObjectTable, BatchCommit]],
         commit: BatchCommit,
     ) -> dict[tuple[str, str], int]:
-        """One MERGE per SCD2 table of the batch's history rows (``apply.scd2``), before the
-        ledger records its version: (dataset, schema) → the SCD2 table's version after it.
-        The tables one after the other, each through the session its rows come from (the
+        """The tables derived from the batch's history rows, before the ledger records the
+        batch: each history table's append (once per batch, ``tables.append``) and one MERGE
+        per SCD2 table (``apply.scd2``); (dataset, schema) → the SCD2 table's version after it.
+
+        Side by side, each in a session of the pool: the appends, and the MERGEs of SCD2 tables
+        whose rows were all folded on the driver (their sources are rows computed there). The
+        other MERGEs then one after the other, each through the session its rows come from (the
         MERGE's idempotency keys are that session's conf)."""
-        frames: dict[str, list[DataFrame]] = defaultdict(list)
+        parts: dict[str, list[TableResult]] = defaultdict(list)
         for result, paths, _ in history:
             if paths.scd2 is not None and result.history is not None:
-                frames[paths.scd2].append(result.history)
-        versions: dict[tuple[str, str], int] = {}
-        for path, parts in sorted(frames.items()):
-            dataset, schema = self._scd2_schemas[path]
-            rows = _union(parts)
-            versions[(dataset, schema.name)] = merge_scd2(
-                rows.sparkSession, rows, schema, path, commit
+                parts[paths.scd2].append(result)
+        schemas = self._scd2_schemas
+
+        def merge(spark: SparkSession, path: str) -> tuple[str, int]:
+            results = parts[path]
+            rows = _union([r.history for r in results if r.history is not None])
+            on_driver = all(r.on_driver for r in results)
+            version = merge_scd2(
+                spark if on_driver else rows.sparkSession,
+                rows,
+                schemas[path][1],
+                path,
+                commit,
+                on_driver=on_driver,
             )
+            return path, version
+
+        local = sorted(p for p, results in parts.items() if all(r.on_driver for r in results))
+        tasks: list[Callable[[SparkSession], tuple[str, int] | None]] = [
+            *(partial(_history, item=item) for item in history),
+            *(partial(merge, path=path) for path in local),
+        ]
+        done = [d for d in self.sessions.map(_call, tasks) if d is not None]
+        done += [merge(self.spark, p) for p in sorted(set(parts) - set(local))]
+        versions: dict[tuple[str, str], int] = {}
+        for path, version in done:
+            dataset, schema = schemas[path]
+            versions[(dataset, schema.name)] = version
         return versions
 
     @property
@@ -639,7 +664,7 @@ class Sink:
                 applied.failed[plan.request.transaction_id] = failure
             return
         # History is append-only, never restored: its rows are appended once the batch's tables
-        # are all written (``_record``). A failure there fails the batch; its replay appends them.
+        # are all written (``_derived``). A failure there fails the batch; its replay appends them.
         applied.history.extend(history)
         applied.loads.update(done)
 
@@ -743,11 +768,11 @@ class Sink:
         verdicts: Sequence[Verdict],
         outcomes: Sequence[Outcome],
         rejected: Mapping[str, RejectedError],
-        history: Sequence[tuple[TableResult, ObjectTable, BatchCommit]],
         commit: BatchCommit,
         feeds: FeedBatch | None = None,
     ) -> None:
-        """The batch's appends, side by side: history, ledger and quarantine (a change feed's
+        """The batch's appends after its history (``_derived``), side by side: ledger and
+        quarantine (a change feed's
         rejected items with their records, ``FeedBatch.quarantine``), the waiting change
         records; then the outcomes table, then the outcomes topic. Each is made once per batch
         (``tables.append``), so a batch that dies between them is finished by its replay."""
@@ -765,7 +790,6 @@ class Sink:
                     bad.append((raw, outcome.transaction_id, error))
         kept = feeds.quarantine(bad_items, commit.batch_id) if feeds else None
         writes: list[Callable[[SparkSession], None]] = [
-            *(partial(_history, item=item) for item in history),
             partial(
                 ledger.record,
                 path=self.layout.ledger,
@@ -881,7 +905,7 @@ class Applied:
     loads: dict[int, tuple[dict[Effect, int], int]] = field(default_factory=dict)
     failed: dict[str, CdcError] = field(default_factory=dict)
     history: list[tuple[TableResult, ObjectTable, BatchCommit]] = field(default_factory=list)
-    """The history rows of the segments applied, appended with the ledger (``Sink._record``)."""
+    """The history rows of the segments applied, appended before the ledger (``Sink._derived``)."""
 
 
 def _count(
@@ -894,8 +918,8 @@ def _count(
         done[load.ordinal] = ({e: counts.get((load.ordinal, e), 0) for e in EFFECTS}, version)
 
 
-def _call(spark: SparkSession, write: Callable[[SparkSession], None]) -> None:
-    write(spark)
+def _call(spark: SparkSession, write: Callable[[SparkSession], R]) -> R:
+    return write(spark)
 
 
 def _pending(_: SparkSession, feeds: FeedBatch, path: str, commit: BatchCommit) -> None:

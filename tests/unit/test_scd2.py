@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from streaming.core.catalog import parse_dataset
 from streaming.core.errors import ConfigError
-from streaming.core.scd2 import as_of, intervals, scd2_key, split_key
+from streaming.core.scd2 import DROP, as_of, intervals, scd2_key, split_key, step
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PROPS = ("name", "city", "ts")
@@ -263,81 +263,39 @@ def test_scd2_is_only_for_objects() -> None:
         )
 
 
-# -- the batch step's seeding (``apply.scd2``), modelled in Python --------------------------------
+# -- the batch step (``core.scd2.step``) over the seeds ``apply.scd2`` reads ---------------------
+def _stored(table: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """The seed read of ``apply.scd2`` (``_kept``), in Python: an id's open interval and the
+    closed one ending where it starts, or (no open one) its last one."""
+    mine = [r for r in table if r["id"] == key]
+    open_ = [r for r in mine if r["__end_at"] is None]
+    closed = [r for r in mine if r["__end_at"] is not None]
+    last = max(closed, key=lambda r: r["__end_at"]) if closed else None
+    if last is not None and open_ and last["__end_at"] != open_[0]["__start_at"]:
+        last = None
+    return [*([last] if last is not None else []), *open_]
+
+
 def _seeded_step(
     table: list[dict[str, Any]],
     batch: list[dict[str, Any]],
     track: list[str],
     valid_from: str | None,
 ) -> list[dict[str, Any]]:
-    """What ``apply.scd2.merge_scd2`` does, row for row in Python: seeds from the table's
-    intervals of the batch's ids, the same segment rules, then the MERGE by (id, __version)."""
-    ids = {r["id"] for r in batch}
-    out = list(table)
-    for key in ids:
-        mine = [r for r in table if r["id"] == key]
-        open_ = [r for r in mine if r["__end_at"] is None]
-        closed = [r for r in mine if r["__end_at"] is not None]
-        last = max(closed, key=lambda r: r["__end_at"]) if closed else None
-        seeds: list[tuple[int, dict[str, Any], datetime, bool]] = []
-        if last is not None and (not open_ or last["__end_at"] == open_[0]["__start_at"]):
-            seeds.append((-3, last, last["__start_at"], False))
-            if not open_:
-                seeds.append((-2, last, last["__end_at"], True))
-        if open_:
-            seeds.append((-1, open_[0], open_[0]["__start_at"], False))
-        seeded = {(key, r["__version"]) for _, r, _, _ in seeds}
-        out = [r for r in out if (r["id"], r["__version"]) not in seeded]  # matched: replaced
-        rows = [
-            (o, {p: r[p] for p in PROPS}, at, deleted, r["__version"], r["__transaction_id"], True)
-            for o, r, at, deleted in seeds
-        ]
-        for h in sorted((r for r in batch if r["id"] == key), key=lambda r: r["version"]):
-            at = h["updated"]
-            if valid_from and not h["__deleted"] and h[valid_from] is not None:
-                at = h[valid_from]
-            values = {p: h[p] for p in PROPS}
-            rows.append(
-                (
-                    h["version"],
-                    values,
-                    at,
-                    h["__deleted"],
-                    h["version"],
-                    h["__transaction_id"],
-                    False,
-                )
-            )
-        segments: list[dict[str, Any]] = []
-        before: tuple[Any, ...] | None = None
-        high = None
-        for _, values, at, deleted, version, tx, seed in rows:
-            changed = before is not None and any(values[p] != before[1][p] for p in track)
-            boundary = seed or deleted or before is None or before[3] or changed
-            before = (None, values, at, deleted)
-            if not boundary:
-                segments[-1]["values"] = values
-                continue
-            high = at if high is None or at > high else high
-            segments.append(
-                {"start": high, "del": deleted, "version": version, "tx": tx, "seed": seed}
-                | {"values": values}
-            )
-        for i, s in enumerate(segments):
-            if s["del"]:
-                continue
-            end = segments[i + 1]["start"] if i + 1 < len(segments) else None
-            if end is not None and end <= s["start"]:
-                continue  # dropped (or never inserted)
-            lives = True
-            if end is not None:
-                lives = not [x for x in segments if x["start"] == end][-1]["del"]
-            out.append(
-                {"id": key, **s["values"], "__start_at": s["start"], "__end_at": end}
-                | {"__is_current": end is None, "__deleted": end is not None and not lives}
-                | {"__transaction_id": s["tx"], "__version": s["version"]}
-            )
-    return out
+    """The table after one batch: ``step`` over the seeds, then the MERGE by (id, __version)
+    (a DROP row deletes its match, others replace it or are inserted)."""
+    stored = [r for key in {r["id"] for r in batch} for r in _stored(table, key)]
+    rows = step(stored, batch, PROPS, track, valid_from)
+    key = lambda r: (r["id"], r["__version"])  # noqa: E731
+    out = {key(r): r for r in table}
+    for r in rows:
+        interval = {c: v for c, v in r.items() if c != DROP}
+        if r[DROP]:
+            del out[key(r)]
+        else:
+            assert interval not in table  # an interval written as it is stored is left out
+            out[key(r)] = interval
+    return list(out.values())
 
 
 @settings(max_examples=300, deadline=None)
@@ -386,3 +344,20 @@ def test_committed_outcomes_get_the_scd2_tables_versions() -> None:
     with_scd2_versions([done, failed], {("shop", "shop.Customer"): 4, ("other", "shop.Order"): 9})
     assert done.table_versions == {"shop.Customer": 7, "shop.Order": 2, "shop.Customer#scd2": 4}
     assert failed.table_versions == {}
+
+
+def test_a_batch_step_closes_the_stored_open_interval_and_opens_the_next() -> None:
+    (stored,) = intervals([h(1, 0, "p")], PROPS, ["name"])
+    rows = step([stored], [h(2, 5, "q"), h(3, 5, "q", "y")], PROPS, ["name"])
+    assert [(r["__version"], r[DROP]) for r in rows] == [(1, False), (2, False)]
+    closed, opened = rows
+    assert (closed["__end_at"], closed["__is_current"], closed["__deleted"]) == (t(5), False, False)
+    assert (opened["__start_at"], opened["name"], opened["city"]) == (t(5), "q", "y")  # type 1
+
+
+def test_a_batch_step_drops_an_interval_it_empties_and_leaves_the_unchanged_one_out() -> None:
+    stored = intervals([h(1, 0, "p"), h(2, 5, "q")], PROPS, ["name"])  # [0, 5) p, [5, -) q
+    rows = step(stored, [h(3, 5, deleted=True)], PROPS, ["name"])  # deleted at 5 (one time)
+    assert [(r["__version"], r[DROP]) for r in rows] == [(1, False), (2, True)]
+    assert (rows[0]["__end_at"], rows[0]["__deleted"]) == (t(5), True)  # ends with the delete
+    assert step(stored[1:], [h(3, 5, "q", "y")], PROPS, ["name"])[0]["city"] == "y"
