@@ -1,5 +1,5 @@
-"""The code map (docs/architecture.md) names every package of ``streaming/`` and ``connectors/`` and every module in
-them, and nothing that is not there (no Spark).
+"""The code map (docs/architecture.md) names every package of ``streaming/`` and
+``connectors/`` and every module in them, and nothing that is not there (no Spark).
 
 The map is the ```text block under "## Code map": one entry per folder, its name ending in ``/``
 and indented two spaces per level below its parent, then what it holds. The ``*.py`` names on an
