@@ -360,13 +360,13 @@ class Sink:
             crash_point("after_tables")
             self._fence()
             commit = timeline.commit()
-            scd2 = self._derived(applied.history, commit)
+            scd2, history = self._scd2(applied.history, commit)
             valid = [p for p in planned if p.request.transaction_id not in rejected]
             outcomes = batch_outcomes(
                 verdicts, valid, rejected, applied.failed, applied.loads, commit.batch_id, commit.at
             )
             with_scd2_versions(outcomes, scd2)
-            self._record(verdicts, outcomes, rejected, commit, feeds)
+            self._record(verdicts, outcomes, rejected, history, commit, feeds)
         finally:
             self._release()
         if feeds is not None:
@@ -512,17 +512,18 @@ class Sink:
     def _object_table(self, dataset: str, schema: SchemaDef) -> ObjectTable:
         return self.layout.object_table(dataset, schema.name, scd2=schema.scd2 is not None)
 
-    def _derived(
+    def _scd2(
         self,
         history: Sequence[tuple[TableResult, ObjectTable, BatchCommit]],
         commit: BatchCommit,
-    ) -> dict[tuple[str, str], int]:
-        """The tables derived from the batch's history rows, before the ledger records the
-        batch: each history table's append (once per batch, ``tables.append``) and one MERGE
-        per SCD2 table (``apply.scd2``); (dataset, schema) → the SCD2 table's version after it.
+    ) -> tuple[dict[tuple[str, str], int], list[tuple[TableResult, ObjectTable, BatchCommit]]]:
+        """One MERGE per SCD2 table of the batch's history rows (``apply.scd2``), before the
+        ledger records its version: (dataset, schema) → the SCD2 table's version after it, and
+        the history items still to append (``_record``).
 
-        Side by side, each in a session of the pool: the appends, and the MERGEs of SCD2 tables
-        whose rows were all folded on the driver (their sources are rows computed there). The
+        The MERGEs of SCD2 tables whose rows were all folded on the driver run side by side,
+        each in a session of the pool (their sources are rows computed there), with the history
+        appends (independent writes, once per batch each: none is left to ``_record``). The
         other MERGEs then one after the other, each through the session its rows come from (the
         MERGE's idempotency keys are that session's conf)."""
         parts: dict[str, list[TableResult]] = defaultdict(list)
@@ -546,17 +547,21 @@ class Sink:
             return path, version
 
         local = sorted(p for p, results in parts.items() if all(r.on_driver for r in results))
-        tasks: list[Callable[[SparkSession], tuple[str, int] | None]] = [
-            *(partial(_history, item=item) for item in history),
-            *(partial(merge, path=path) for path in local),
-        ]
-        done = [d for d in self.sessions.map(_call, tasks) if d is not None]
+        rest = list(history)
+        done: list[tuple[str, int]] = []
+        if local:
+            tasks: list[Callable[[SparkSession], tuple[str, int] | None]] = [
+                *(partial(_history, item=item) for item in rest),
+                *(partial(merge, path=path) for path in local),
+            ]
+            done = [d for d in self.sessions.map(_call, tasks) if d is not None]
+            rest = []
         done += [merge(self.spark, p) for p in sorted(set(parts) - set(local))]
         versions: dict[tuple[str, str], int] = {}
         for path, version in done:
             dataset, schema = schemas[path]
             versions[(dataset, schema.name)] = version
-        return versions
+        return versions, rest
 
     @property
     def _scd2_schemas(self) -> dict[str, tuple[str, SchemaDef]]:
@@ -664,7 +669,8 @@ class Sink:
                 applied.failed[plan.request.transaction_id] = failure
             return
         # History is append-only, never restored: its rows are appended once the batch's tables
-        # are all written (``_derived``). A failure there fails the batch; its replay appends them.
+        # are all written (``_scd2``, ``_record``). A failure there fails the batch; its replay
+        # appends them.
         applied.history.extend(history)
         applied.loads.update(done)
 
@@ -768,10 +774,11 @@ class Sink:
         verdicts: Sequence[Verdict],
         outcomes: Sequence[Outcome],
         rejected: Mapping[str, RejectedError],
+        history: Sequence[tuple[TableResult, ObjectTable, BatchCommit]],
         commit: BatchCommit,
         feeds: FeedBatch | None = None,
     ) -> None:
-        """The batch's appends after its history (``_derived``), side by side: ledger and
+        """The batch's appends, side by side: history (what ``_scd2`` left), ledger and
         quarantine (a change feed's
         rejected items with their records, ``FeedBatch.quarantine``), the waiting change
         records; then the outcomes table, then the outcomes topic. Each is made once per batch
@@ -790,6 +797,7 @@ class Sink:
                     bad.append((raw, outcome.transaction_id, error))
         kept = feeds.quarantine(bad_items, commit.batch_id) if feeds else None
         writes: list[Callable[[SparkSession], None]] = [
+            *(partial(_history, item=item) for item in history),
             partial(
                 ledger.record,
                 path=self.layout.ledger,
@@ -905,7 +913,8 @@ class Applied:
     loads: dict[int, tuple[dict[Effect, int], int]] = field(default_factory=dict)
     failed: dict[str, CdcError] = field(default_factory=dict)
     history: list[tuple[TableResult, ObjectTable, BatchCommit]] = field(default_factory=list)
-    """The history rows of the segments applied, appended before the ledger (``Sink._derived``)."""
+    """The history rows of the segments applied, appended with the SCD2 MERGEs or the ledger
+    (``Sink._scd2``, ``Sink._record``)."""
 
 
 def _count(
