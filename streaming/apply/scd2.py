@@ -250,13 +250,17 @@ def _driver_source(
     else:
         wanted = spark.createDataFrame([(i,) for i in ids], StructType([table.schema["id"]]))
         stored = table.join(wanted, "id", "left_semi")
-    kept = [r.asDict() for r in _kept(stored).select(*table.columns).collect()]
+    # The columns the MERGE writes (a removed property's column stays, not written: a closed
+    # interval keeps its value, a new one gets NULL, as in the current table).
+    columns = ["id", *schema.data_columns(), *COLUMNS]
+    kept = [r.asDict() for r in _kept(stored).select(*columns).collect()]
     scd2 = schema.scd2
     valid_from = scd2.valid_from if scd2 is not None else None
     changes = step(kept, rows, schema.data_columns(), schema.scd2_tracked(), valid_from)
     if not changes:
         return None, None
-    out = StructType([*table.schema.fields, StructField(DROP, BooleanType(), False)])
+    fields = [table.schema[c] for c in columns]
+    out = StructType([*fields, StructField(DROP, BooleanType(), False)])
     source = spark.createDataFrame([tuple(r[f] for f in out.fieldNames()) for r in changes], out)
     keys = sorted({r["id"] for r in changes})
     return source, keys if len(keys) <= KEY_PUSHDOWN_MAX else None

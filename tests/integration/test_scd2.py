@@ -445,3 +445,40 @@ def test_a_new_property_reaches_the_scd2_table_at_startup(
     paths = job.layout.object_table("petstore", "petstore.Dog", scd2=True)
     columns = [f.name for f in deltalake.DeltaTable(paths.scd2 or "").schema().fields]
     assert "x" in columns and "__version" in columns  # added as to history (after the others)
+
+
+@pytest.mark.parametrize("fold", ["driver", "executors"])
+def test_a_removed_property_keeps_its_scd2_column_and_its_values(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fold: str
+) -> None:
+    _fold(monkeypatch, fold)
+    ws = Workspace(tmp_path)
+    with_grp = "petstore.Dog:\n  properties: {name: {type: string}, grp: {type: string}}\n"
+    ws.dataset("petstore", with_grp + "  scd2: [name]\n")
+    outcomes: list[Any] = []
+
+    def run(job: Job, n: int, row: dict[str, Any]) -> None:
+        ws.data(f"v{n}/petstore/Dog/part.json", row)
+        line = request(
+            f"t{n}", {"operation": "UPSERT", "locationUri": f"./data/v{n}", "format": "JSON"}
+        )
+        at = T0 + timedelta(hours=n + 1)
+        job.sink.clock = lambda: at
+        outcomes.extend(
+            job.sink.process(split_landing_file(f"file:/l/{n}.jsonl", T0, line.encode(), T0), n)
+        )
+
+    first = Job.create(spark, ws.config())
+    run(first, 0, {"id": "d", "name": "Rex", "grp": "g1"})
+    if first.lease is not None:
+        first.lease.release()
+    ws.dataset("petstore", with_grp.replace(", grp: {type: string}", "") + "  scd2: [name]\n")
+    job = Job.create(spark, ws.config())
+    run(job, 1, {"id": "d", "name": "Max"})
+    assert [o.status for o in outcomes] == [Status.COMMITTED, Status.COMMITTED]
+    paths = job.layout.object_table("petstore", "petstore.Dog", scd2=True)
+    got = sorted(_rows(paths.scd2 or ""), key=lambda r: r["__version"])
+    assert [(r["__version"], r["name"], r["grp"], r["__is_current"]) for r in got] == [
+        (1, "Rex", "g1", False),  # closed: the removed column keeps its value
+        (2, "Max", None, True),  # opened: NULL, as the current table's insert writes it
+    ]
