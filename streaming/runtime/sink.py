@@ -779,10 +779,10 @@ class Sink:
         feeds: FeedBatch | None = None,
     ) -> None:
         """The batch's appends, side by side: history (what ``_scd2`` left), ledger and
-        quarantine (a change feed's
-        rejected items with their records, ``FeedBatch.quarantine``), the waiting change
-        records; then the outcomes table, then the outcomes topic. Each is made once per batch
-        (``tables.append``), so a batch that dies between them is finished by its replay."""
+        quarantine (a change feed's rejected items with their records,
+        ``FeedBatch.quarantine``), the waiting change records; then the outcomes table, then the
+        outcomes topic. Each is made once per batch (``tables.append``), so a batch that dies
+        between them is finished by its replay."""
         hashes = [v.content_hash if isinstance(v, Admitted) else "" for v in verdicts]
         items = feeds.ready_by_id() if feeds else {}
         bad: list[tuple[RawRequest, str | None, CdcError]] = []
