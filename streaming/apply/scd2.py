@@ -12,9 +12,9 @@ that became empty), new ones inserted. The same code builds a whole table from h
 (``backfill``: no seeds).
 
 A batch folded on the driver (``on_driver``: a few thousand rows at most) skips the windows: its
-rows and their seeds are collected (one Spark job for the seeds) and ``core.scd2.step`` — the
-reference's own rules — gives the rows that change, the MERGE's source. Spark's window plans
-cost several jobs per MERGE, twice what the MERGE itself costs at that size.
+rows and their seeds are collected (a small Spark job each) and ``core.scd2.step`` — the
+reference's own rules — gives the rows that change, the MERGE's source. At that size the window
+plans cost about 11 Spark jobs per table, the driver path 8 (bench/history/rounds.md).
 
 The MERGE is made once per batch: Delta's ``txnAppId`` / ``txnVersion`` (``commits.idempotent``)
 skip it in a replayed batch, and a replay that finds the batch's commit in the table's log
@@ -241,8 +241,9 @@ def _driver_source(
     spark: SparkSession, history: DataFrame, schema: SchemaDef, path: str
 ) -> tuple[DataFrame | None, list[str] | None]:
     """The MERGE source of a small batch (``core.scd2.step`` over its history rows and the
-    seeds of their ids, read with one Spark job), and its ids when few enough to push down."""
-    rows = [r.asDict() for r in history.collect()]  # a local relation: no Spark job
+    seeds of their ids, each collected with one Spark job), and its ids when few enough to
+    push down."""
+    rows = [r.asDict() for r in history.collect()]  # rows made on the driver: a small job
     table = read_table(spark, path)
     ids = sorted({r["id"] for r in rows})
     if len(ids) <= KEY_PUSHDOWN_MAX:
