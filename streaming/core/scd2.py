@@ -3,7 +3,9 @@
 ``intervals`` turns one table's complete history rows (dicts as the history table holds them:
 ``id``, ``version``, ``updated``, ``__deleted``, ``__transaction_id`` and the properties) into
 the rows of its SCD2 table. The Spark code that maintains the table batch by batch
-(``streaming.apply.scd2``) must give exactly this; the tests hold it to it.
+(``streaming.apply.scd2``) must give exactly this; the tests hold it to it. ``step`` is the same
+rules applied to one batch from the stored intervals it can change: the rows to write and to
+delete (``apply.scd2``'s path for batches folded on the driver).
 
 Per id, the versions in version order:
 
