@@ -71,7 +71,7 @@ def _steps(history: DataFrame, schema: SchemaDef, seeds: DataFrame | None) -> Da
     seeds' intervals that no longer exist (``__drop``)."""
     props = schema.data_columns()
     track = schema.scd2_tracked()
-    valid_from = schema.scd2.valid_from if schema.scd2 is not None else None
+    valid_from = schema.scd2_valid_from()
     raw = F.col("updated")
     if valid_from is not None:
         raw = F.when(F.col("__deleted"), F.col("updated")).otherwise(
@@ -202,7 +202,7 @@ def merge_scd2(
     props = schema.data_columns()
     condition = (F.col("t.id") == F.col("s.id")) & (F.col(f"t.{VERSION}") == F.col(f"s.{VERSION}"))
     if on_driver:
-        source, keys = _driver_source(spark, history, schema, path)
+        source, keys = _driver_source(spark, history, schema, props, path)
         if source is None:  # nothing changes (e.g. a row inserted and deleted at one time)
             return latest_version(spark, path)
         if keys is not None:
@@ -211,13 +211,9 @@ def merge_scd2(
         seeds = None
         if seeded:
             keys = _keys(history)
-            table = read_table(spark, path)
+            seeds = _seeds(_of_ids(read_table(spark, path), keys, history), props)
             if keys is not None:
-                table = table.where(one_of(F.col("id"), keys))
                 condition = condition & one_of(F.col("t.id"), keys)
-            else:
-                table = table.join(history.select("id").distinct(), "id", "left_semi")
-            seeds = _seeds(table, props)
         source = _steps(history, schema, seeds)
     values = {c: F.col(f"s.{c}") for c in ["id", *props, *COLUMNS]}
 
@@ -238,39 +234,43 @@ def merge_scd2(
 
 
 def _driver_source(
-    spark: SparkSession, history: DataFrame, schema: SchemaDef, path: str
+    spark: SparkSession, history: DataFrame, schema: SchemaDef, props: list[str], path: str
 ) -> tuple[DataFrame | None, list[str] | None]:
     """The MERGE source of a small batch (``core.scd2.step`` over its history rows and the
     seeds of their ids, each collected with one Spark job), and its ids when few enough to
     push down."""
     rows = [r.asDict() for r in history.collect()]  # rows made on the driver: a small job
     table = read_table(spark, path)
-    ids = sorted({r["id"] for r in rows})
-    if len(ids) <= KEY_PUSHDOWN_MAX:
-        stored = table.where(one_of(F.col("id"), ids))
-    else:
-        wanted = spark.createDataFrame([(i,) for i in ids], StructType([table.schema["id"]]))
-        stored = table.join(wanted, "id", "left_semi")
     # The columns the MERGE writes (a removed property's column stays, not written: a closed
     # interval keeps its value, a new one gets NULL, as in the current table).
-    columns = ["id", *schema.data_columns(), *COLUMNS]
+    columns = ["id", *props, *COLUMNS]
+    stored = _of_ids(table, _pushed(sorted({r["id"] for r in rows})), history)
     kept = [r.asDict() for r in _kept(stored).select(*columns).collect()]
-    scd2 = schema.scd2
-    valid_from = scd2.valid_from if scd2 is not None else None
-    changes = step(kept, rows, schema.data_columns(), schema.scd2_tracked(), valid_from)
+    changes = step(kept, rows, props, schema.scd2_tracked(), schema.scd2_valid_from())
     if not changes:
         return None, None
-    fields = [table.schema[c] for c in columns]
-    out = StructType([*fields, StructField(DROP, BooleanType(), False)])
+    out = StructType([*(table.schema[c] for c in columns), StructField(DROP, BooleanType(), False)])
     source = spark.createDataFrame([tuple(r[f] for f in out.fieldNames()) for r in changes], out)
-    keys = sorted({r["id"] for r in changes})
-    return source, keys if len(keys) <= KEY_PUSHDOWN_MAX else None
+    return source, _pushed(sorted({r["id"] for r in changes}))
 
 
 def _keys(history: DataFrame) -> list[str] | None:
     """The ids of ``history``, sorted, if at most ``KEY_PUSHDOWN_MAX``; else None."""
     found = history.select("id").distinct().limit(KEY_PUSHDOWN_MAX + 1).collect()
-    return sorted(r["id"] for r in found) if len(found) <= KEY_PUSHDOWN_MAX else None
+    return _pushed(sorted(r["id"] for r in found))
+
+
+def _pushed(ids: list[str]) -> list[str] | None:
+    """``ids`` if few enough to push down (``KEY_PUSHDOWN_MAX``), else None."""
+    return ids if len(ids) <= KEY_PUSHDOWN_MAX else None
+
+
+def _of_ids(table: DataFrame, keys: list[str] | None, history: DataFrame) -> DataFrame:
+    """The rows of ``table`` whose ids ``history`` has: ``id IN (keys)`` for Delta's file
+    skipping when ``keys`` (all of them) were few enough, else a semi-join."""
+    if keys is not None:
+        return table.where(one_of(F.col("id"), keys))
+    return table.join(history.select("id").distinct(), "id", "left_semi")
 
 
 def backfill(

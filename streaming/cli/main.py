@@ -214,8 +214,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
         defined = load_datasets(cfg).get(args.dataset)
         schema = defined.get(args.schema) if defined is not None else None
-        scd2 = schema.scd2 if schema is not None else None
-        valid_from = scd2.valid_from if scd2 is not None else None
+        valid_from = schema.scd2_valid_from() if schema is not None else None
         df = as_of(spark, layout, args.dataset, args.schema, at, valid_from=valid_from)
         print(f"{args.schema} as of {at.isoformat()}", file=sys.stderr)
     else:

@@ -263,6 +263,11 @@ class SchemaDef(_Model):
         skip = {*self.watermark, *([self.scd2.valid_from] if self.scd2.valid_from else [])}
         return [p for p in self.data_columns() if p not in skip]
 
+    def scd2_valid_from(self) -> str | None:
+        """The property whose value starts an SCD2 interval (``Scd2Def.valid_from``); None: the
+        commit time (or no ``scd2``)."""
+        return self.scd2.valid_from if self.scd2 is not None else None
+
 
 class Dataset(_Model):
     name: str

@@ -531,22 +531,21 @@ class Sink:
             if paths.scd2 is not None and result.history is not None:
                 parts[paths.scd2].append(result)
         schemas = self._scd2_schemas
+        on_driver = {p: all(r.on_driver for r in results) for p, results in parts.items()}
 
         def merge(spark: SparkSession, path: str) -> tuple[str, int]:
-            results = parts[path]
-            rows = _union([r.history for r in results if r.history is not None])
-            on_driver = all(r.on_driver for r in results)
+            rows = _union([r.history for r in parts[path] if r.history is not None])
             version = merge_scd2(
-                spark if on_driver else rows.sparkSession,
+                spark if on_driver[path] else rows.sparkSession,
                 rows,
                 schemas[path][1],
                 path,
                 commit,
-                on_driver=on_driver,
+                on_driver=on_driver[path],
             )
             return path, version
 
-        local = sorted(p for p, results in parts.items() if all(r.on_driver for r in results))
+        local = sorted(p for p, driver in on_driver.items() if driver)
         rest = list(history)
         done: list[tuple[str, int]] = []
         if local:
