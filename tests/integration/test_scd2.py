@@ -136,6 +136,15 @@ class Scenario:
             del n
         return request(tid, *actions)
 
+    def upsert(self, tid: str, schema: str, key: str) -> str:
+        """A transaction that upserts one row of a new ``key`` into ``schema``."""
+        self.files += 1
+        where = f"f{self.files}"
+        self.ws.data(f"{where}/petstore/{schema}/part.json", self._row(0, key))
+        return request(
+            tid, {"operation": "UPSERT", "locationUri": f"./data/{where}", "format": "JSON"}
+        )
+
     def run(
         self, lines: list[str], batch_id: int | None = None, *, replay: bool = False
     ) -> list[Any]:
@@ -357,6 +366,9 @@ def test_a_replayed_batch_changes_nothing(
     scene = Scenario(spark, tmp_path, rng, groups=2)
     scene.run([scene.transaction(f"b0-t{t}") for t in range(3)])
     lines = [scene.transaction(f"b1-t{t}") for t in range(4)]
+    # generated transactions may leave Dog's intervals as they are (a DELETE of absent ids, an
+    # INSERT_IGNORE of present ones), and then no SCD2 MERGE is made: a new id makes sure of one
+    lines.append(scene.upsert("b1-new", "Dog", "new"))
     paths = scene.paths("Dog")
     before = deltalake.DeltaTable(paths.scd2).version()
 
