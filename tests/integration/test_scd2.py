@@ -138,11 +138,18 @@ class Scenario:
 
     def upsert(self, tid: str, schema: str, key: str) -> str:
         """A transaction that upserts one row of a new ``key`` into ``schema``."""
+        return self._one(tid, "UPSERT", schema, self._row(0, key))
+
+    def delete(self, tid: str, schema: str, key: str) -> str:
+        """A transaction that deletes the row of ``key`` of group 0 from ``schema``."""
+        return self._one(tid, "DELETE", schema, {"id": f"g0-{key}"})
+
+    def _one(self, tid: str, operation: str, schema: str, row: dict[str, Any]) -> str:
         self.files += 1
         where = f"f{self.files}"
-        self.ws.data(f"{where}/petstore/{schema}/part.json", self._row(0, key))
+        self.ws.data(f"{where}/petstore/{schema}/part.json", row)
         return request(
-            tid, {"operation": "UPSERT", "locationUri": f"./data/{where}", "format": "JSON"}
+            tid, {"operation": operation, "locationUri": f"./data/{where}", "format": "JSON"}
         )
 
     def run(
@@ -389,6 +396,25 @@ def test_a_replayed_batch_changes_nothing(
     assert sorted(_rows(paths.scd2), key=_key) == snapshot
     check_reference(paths, "Dog")
     check_reference(scene.paths("Cat"), "Cat")
+
+
+def test_a_batch_that_changes_no_interval_makes_no_scd2_commit(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A small batch whose changes leave every interval as it is (a delete of an id the table
+    never had) writes nothing to the SCD2 table: no MERGE, no empty commit; it commits."""
+    scene = Scenario(spark, tmp_path, random.Random(f"{SEED}:no-change"), groups=1)
+    scene.run([scene.upsert("t1", "Dog", "kept")])
+    paths = scene.paths("Dog")
+    before = deltalake.DeltaTable(paths.scd2).version()
+    outcomes = scene.run([scene.delete("t2", "Dog", "absent")])
+    assert [o.status for o in outcomes] == [Status.COMMITTED]
+    assert deltalake.DeltaTable(paths.scd2).version() == before
+    check_reference(paths, "Dog")
+    outcomes = scene.run([scene.delete("t3", "Dog", "kept")])  # and a real change still is
+    assert [o.status for o in outcomes] == [Status.COMMITTED]
+    assert deltalake.DeltaTable(paths.scd2).version() == before + 1
+    check_reference(paths, "Dog")
 
 
 def test_a_change_feeds_time_property_gives_source_time_validity(
