@@ -318,7 +318,28 @@ def _row(
         return None
     if not isinstance(values, dict):
         raise _invalid(record, f"'{part}' is not an object")
+    if not schemas:  # ``connect_value`` without a schema: only bytes change
+        return {
+            k: base64.b64encode(v).decode("ascii") if isinstance(v, bytes | bytearray) else v
+            for k, v in values.items()
+        }
     return {k: connect_value(v, schemas.get(k)) for k, v in values.items()}
+
+
+@functools.lru_cache(maxsize=64)
+def _placeholder_marks(placeholder: str) -> tuple[bytes, ...]:
+    """What JSON text holding the placeholder in any form ``is_unavailable`` knows holds: its
+    text, its base64 text, its first byte as a number (the bytes-as-numbers form)."""
+    text, raw, encoded = _placeholders(placeholder)
+    return text.encode("utf-8"), encoded.encode("ascii"), str(raw[0]).encode("ascii")
+
+
+def may_hold_placeholder(data: bytes, placeholder: str) -> bool:
+    """Whether a record's JSON text may hold the placeholder: False only where it cannot —
+    no escape in the text (so a string equal to it is there as it is) and none of its forms'
+    marks (``_placeholder_marks``)."""
+    text, encoded, number = _placeholder_marks(placeholder)
+    return b"\\" in data or text in data or encoded in data or number in data
 
 
 @functools.lru_cache(maxsize=64)
@@ -469,7 +490,8 @@ def read_debezium(feed: Feed, record: Received, decode: Decode) -> Item | None:
     unavailable: tuple[str, ...] = ()
     if mapped != "D":
         before = _row(value.get("before"), _field_schemas(schema, "before"), record, "before")
-        row, unavailable = _available(row, before, schemas, feed.placeholder)
+        if decode is not decode_json_value or may_hold_placeholder(record.value, feed.placeholder):
+            row, unavailable = _available(row, before, schemas, feed.placeholder)
     fields = schemas or None
     snapshot = source.get("snapshot")
     at = source_time(source.get("ts_ms")) if feed.time_property is not None else None

@@ -85,22 +85,39 @@ def _decoder(
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            columns = batch.to_pydict()
-            out = []
-            for i in range(batch.num_rows):
-                record = Received(
-                    columns["topic"][i],
-                    columns["partition"][i],
-                    columns["offset"][i],
-                    columns["key"][i],
-                    columns["value"][i],
-                    utc(columns["timestamp"][i]),
-                    utc(columns["received_at"][i]),
+            names = ("feed", "topic", "partition", "offset", "key", "value")
+            columns = [batch.column(n).to_pylist() for n in names]
+            # Times as UTC wall clock, without a time zone: Arrow's conversion of zoned
+            # timestamps converts each value; ``utc`` marks them UTC.
+            times = [_wall_clock(batch.column(n)).to_pylist() for n in ("timestamp", "received_at")]
+            out = [
+                decoded(
+                    feeds[name],
+                    Received(topic, partition, offset, key, value, utc(at), utc(received)),
+                    decode,
                 )
-                out.append(decoded(feeds[columns["feed"][i]], record, decode))
-            yield pa.RecordBatch.from_pylist(out, schema=ARROW_SCHEMA)
+                for name, topic, partition, offset, key, value, at, received in zip(
+                    *columns, *times, strict=True
+                )
+            ]
+            # Column by column (``from_pylist`` looks every field up in every row's dict).
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array([row.get(name) for row in out], type=field.type)
+                    for name, field in zip(ARROW_SCHEMA.names, ARROW_SCHEMA, strict=True)
+                ],
+                schema=ARROW_SCHEMA,
+            )
 
     return run
+
+
+def _wall_clock(times: pa.Array) -> pa.Array:
+    """Timestamps (UTC) as UTC wall-clock times without a zone."""
+    kind = times.type
+    if isinstance(kind, pa.TimestampType) and kind.tz is not None:
+        return times.cast(pa.timestamp(kind.unit))
+    return times
 
 
 @dataclass

@@ -33,6 +33,7 @@ from streaming.core.changefeed import (
     feed_of,
     is_unavailable,
     key_id,
+    may_hold_placeholder,
     read_debezium,
     snapshot_of,
     source_position,
@@ -388,6 +389,32 @@ def test_placeholders_are_recognised_in_every_shape_debezium_gives_them() -> Non
     assert not is_unavailable("another text", mark) and not is_unavailable(None, mark)
     assert not is_unavailable([mark, "x"], mark) and not is_unavailable(7, mark)
     assert is_unavailable("??", "hex:3f3f") and is_unavailable(b"??", "hex:3f3f")
+
+
+def test_a_json_record_holding_the_placeholder_in_any_shape_is_never_passed_over() -> None:
+    """``read_debezium`` skips the placeholder scan of a JSON record only where
+    ``may_hold_placeholder`` says it cannot hold one: every shape ``is_unavailable`` knows, as
+    JSON writes it (escaped too), is found; and the events read with and without the skip are
+    the same."""
+    mark = "__debezium_unavailable_value"
+    encoded = base64.b64encode(mark.encode()).decode()
+    escaped = '"\\u005f_debezium_unavailable_value"'
+    shapes = [mark, [mark], [encoded], list(mark.encode()), {mark: mark}, encoded]
+    for shape in shapes:
+        assert may_hold_placeholder(json.dumps({"after": {"v": shape}}).encode(), mark), shape
+    assert may_hold_placeholder(('{"after": {"v": ' + escaped + "}}").encode(), mark)
+    assert json.loads(escaped) == mark
+    assert not may_hold_placeholder(b'{"after": {"id": 1, "name": "Ann"}}', mark)
+    values = [*shapes, "plain", 7, None, "é", [1, 2]]
+    for n, value in enumerate(values):
+        for text in (json.dumps, lambda v: json.dumps(v, ensure_ascii=False)):
+            topics = Topics()
+            record = topics.event(CUST, "u", {"id": n, "body": value})
+            record = replace(record, value=text(json.loads(record.value or b"")).encode())
+            event = read_debezium(feed(), record, decode_json_value)
+            slow = read_debezium(feed(), record, lambda data: json.loads(data.decode("utf-8")))
+            assert isinstance(event, DataEvent) and isinstance(slow, DataEvent)
+            assert (event.row, event.unavailable) == (slow.row, slow.unavailable), value
 
 
 def test_the_configured_placeholder_is_the_one_recognised() -> None:
