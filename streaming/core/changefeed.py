@@ -331,7 +331,8 @@ def _placeholder_marks(placeholder: str) -> tuple[bytes, ...]:
     """What JSON text holding the placeholder in any form ``is_unavailable`` knows holds: its
     text, its base64 text, its first byte as a number (the bytes-as-numbers form)."""
     text, raw, encoded = _placeholders(placeholder)
-    return text.encode("utf-8"), encoded.encode("ascii"), str(raw[0]).encode("ascii")
+    first = str(raw[0]).encode("ascii") if raw else b""  # b"" is in any text: always scan
+    return text.encode("utf-8"), encoded.encode("ascii"), first
 
 
 def may_hold_placeholder(data: bytes, placeholder: str) -> bool:

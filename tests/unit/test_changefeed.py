@@ -405,6 +405,7 @@ def test_a_json_record_holding_the_placeholder_in_any_shape_is_never_passed_over
     assert may_hold_placeholder(('{"after": {"v": ' + escaped + "}}").encode(), mark)
     assert json.loads(escaped) == mark
     assert not may_hold_placeholder(b'{"after": {"id": 1, "name": "Ann"}}', mark)
+    assert may_hold_placeholder(b'{"after": {"id": 1}}', "hex:")  # no bytes: always scanned
     values = [*shapes, "plain", 7, None, "é", [1, 2]]
     for n, value in enumerate(values):
         for text in (json.dumps, lambda v: json.dumps(v, ensure_ascii=False)):
