@@ -20,10 +20,11 @@ Two ways to run the same fold, chosen by the number of changes:
 - **large**: the fold runs on the JVM (``streaming.apply.sqlfold``: one SQL ``aggregate`` per key
   over its changes in seq order), joined with the stored rows of the batch's keys; its result
   is materialised once for the counts and the writes. A current table with no rows (a first
-  load) reads nothing and is appended to instead of merged; when it has no tombstones either
-  and no key has two changes, each change's row is a projection (``sqlfold.first_rows``)
-  instead of a fold, written as it is computed (nothing materialised). A schema with a
-  map-typed property keeps the Python fold in a worker per partition (``mapInArrow``).
+  load) reads nothing and is appended to instead of merged; when it has no tombstones either,
+  the row of each key with one change is a projection (``sqlfold.first_rows``) instead of a
+  fold, written as it is computed (nothing materialised), and only the keys with more than
+  one change (a snapshot's hot keys) are folded. A schema with a map-typed property keeps the
+  Python fold in a worker per partition (``mapInArrow``).
 
 Both paths name in the stored-row read and the MERGE condition either the keys themselves (up
 to ``KEY_PUSHDOWN_MAX``) or the id spans of the current table that can hold them
@@ -513,8 +514,14 @@ def _apply_large(
     # A first load (nothing stored yet): no stored rows to read, and an append, not a MERGE.
     first_load = holds_no_rows(spark, paths.current, before[paths.current])
     no_tombstones = holds_no_rows(spark, paths.tombstones, before[paths.tombstones])
-    if first_load and no_tombstones and unique:
-        return _apply_first_load(changes, data_schema, watermark, paths, commits)
+    if first_load and no_tombstones:
+        if unique:
+            return _apply_first_load(changes, data_schema, watermark, paths, commits)
+        if supported(data_schema):
+            repeated, n = _repeated_keys(changes)
+            if n <= REPEATED_KEYS_MAX:
+                keys = repeated if n else None
+                return _apply_first_load(changes, data_schema, watermark, paths, commits, keys)
     within = None if first_load else _spans(spark, paths, before, changes=changes)
     current = _within(read_table(spark, paths.current, before[paths.current]), within)
     current = current.select(
@@ -563,33 +570,9 @@ def _apply_large(
                 out_schema,
             )
         )
-    # Materialised once, hashed: the counts, the MERGE (which reads its source twice) and the
-    # history append all read this result, and writing the table must not make Spark
-    # recompute it from the table's new state.
-    hashed = rows.withColumn("hash", F.when(F.col("__row_kind") != "effect", _hash(rows)))
-    folded = hashed.localCheckpoint(eager=True)
-    counts: dict[tuple[int, Effect], int] = {}
-    deletes = held = new = wide = 0
-    for r in (
-        folded.groupBy(
-            "__row_kind",
-            F.shiftright("__seq", SEQ_SHIFT).alias("ordinal"),
-            "__effect",
-            "__deleted",
-            "__stored",
-        )
-        .agg(F.count("*").alias("n"))
-        .collect()
-    ):
-        n = int(r["n"])
-        if r["__row_kind"] == "effect":
-            counts[(int(r["ordinal"]), r["__effect"])] = n
-            continue
-        wide += n
-        if r["__row_kind"] == "state":
-            deletes += n if r["__deleted"] else 0
-            held += n if r["__stored"] else 0
-            new += n if not (r["__stored"] or r["__deleted"]) else 0
+    folded = _materialised(rows)
+    counts, tally = _fold_counts(folded)
+    deletes, held, new, wide = tally.deletes, tally.held, tally.new, tally.wide
     history = None
     state = folded.where("__row_kind = 'state'")
     if _writes(counts):
@@ -620,24 +603,99 @@ def _apply_large(
     return TableResult(counts, latest_version(spark, paths.current), history)
 
 
+def _materialised(rows: DataFrame) -> DataFrame:
+    """A fold's rows with their ``hash`` (state and history rows), materialised once: the
+    counts, the MERGE (which reads its source twice) and the history append all read them, and
+    writing the table must not make Spark recompute them from the table's new state."""
+    hashed = rows.withColumn("hash", F.when(F.col("__row_kind") != "effect", _hash(rows)))
+    return hashed.localCheckpoint(eager=True)
+
+
+@dataclass(frozen=True)
+class _Tally:
+    """What a fold's state and history rows hold: ``deletes`` (state rows of deleted keys),
+    ``held`` (of keys stored before), ``new`` (of keys inserted), ``wide`` (state and history
+    rows)."""
+
+    deletes: int
+    held: int
+    new: int
+    wide: int
+
+
+def _fold_counts(folded: DataFrame) -> tuple[dict[tuple[int, Effect], int], _Tally]:
+    """One job over a materialised fold: the counts per (action ordinal, effect) of its effect
+    rows, and the tally of its other rows."""
+    counts: dict[tuple[int, Effect], int] = {}
+    deletes = held = new = wide = 0
+    for r in (
+        folded.groupBy(
+            "__row_kind",
+            F.shiftright("__seq", SEQ_SHIFT).alias("ordinal"),
+            "__effect",
+            "__deleted",
+            "__stored",
+        )
+        .agg(F.count("*").alias("n"))
+        .collect()
+    ):
+        n = int(r["n"])
+        if r["__row_kind"] == "effect":
+            counts[(int(r["ordinal"]), r["__effect"])] = n
+            continue
+        wide += n
+        if r["__row_kind"] == "state":
+            deletes += n if r["__deleted"] else 0
+            held += n if r["__stored"] else 0
+            new += n if not (r["__stored"] or r["__deleted"]) else 0
+    return counts, _Tally(deletes, held, new, wide)
+
+
+REPEATED_KEYS_MAX = 200_000
+"""A first load whose keys with more than one change are at most this many folds only those
+(``_apply_first_load``); their ids are broadcast, so the driver holds them."""
+
+
+def _repeated_keys(changes: DataFrame) -> tuple[DataFrame, int]:
+    """The ids with more than one change among ``changes``, materialised — a job that shuffles
+    the ids alone, not the rows — and how many they are."""
+    keys = (
+        changes.groupBy("id")
+        .agg(F.count("*").alias("n"))
+        .where("n > 1")
+        .select("id")
+        .localCheckpoint(eager=True)
+    )
+    return keys, keys.count()
+
+
 def _apply_first_load(
     changes: DataFrame,
     data_schema: StructType,
     watermark: tuple[str, ...],
     paths: ObjectTable,
     commits: tuple[BatchCommit, BatchCommit],
+    repeated: DataFrame | None = None,
 ) -> TableResult:
-    """A first load of unique keys (no stored rows, no tombstones, one load whose ids the check
-    job found unique): each change's row is a projection (``sqlfold.first_rows``) of the
-    cached changes, nothing grouped, joined, merged or materialised — a count, then one append
-    of the inserted rows, hashed as they are written (a big file of one row group comes spread
-    over the cores: ``loads._spread``). History is the same projection again, appended after
-    the batch's last wave: the changes stay cached until the batch ends (``loads.load_wave``'s
-    ``held``), and the projection and hash give the same rows each time."""
+    """A first load (no stored rows, no tombstones): each change of a key with one change in
+    the batch gives its row by a projection (``sqlfold.first_rows``) of the cached changes —
+    nothing grouped, joined, merged or materialised — and only the keys in ``repeated`` (the
+    ids with more than one change, found by ``_repeated_keys``; None when none has) are
+    folded (``sqlfold.fold_rows``, grouped, over nothing stored) and
+    materialised. Both take their ids from the changes by a broadcast (anti- or semi-) join:
+    no shuffle of the rows. Then the counts, and one append of the inserted rows, the
+    projected ones hashed as they are written (a big file of one row group comes spread over
+    the cores: ``loads._spread``). History is the projection again, appended after the
+    batch's last wave: the changes stay cached until the batch ends (``loads.load_wave``'s
+    ``held``), and the projection and hash give the same rows each time.
+
+    A snapshot followed by the source's transactions (a database's first day) is this: most
+    keys are read once, the hot ones changed again."""
     spark = changes.sparkSession
     props = [f.name for f in data_schema.fields]
     mark = StructType([data_schema[c] for c in watermark]) if watermark else None
-    rows = first_rows(changes, data=data_schema, watermark=watermark, at=commits[0].at)
+    once = changes if repeated is None else changes.join(F.broadcast(repeated), "id", "left_anti")
+    rows = first_rows(once, data=data_schema, watermark=watermark, at=commits[0].at)
     counts: dict[tuple[int, Effect], int] = defaultdict(int)
     deletes = 0
     for r in (
@@ -647,13 +705,42 @@ def _apply_first_load(
     ):
         counts[(int(r["ordinal"]), r["__effect"])] += int(r["count"])
         deletes += int(r["count"]) if r["__deleted"] else 0
+    folded = None
+    if repeated is not None:
+        folded = _materialised(
+            fold_rows(
+                changes.join(F.broadcast(repeated), "id", "left_semi"),
+                None,
+                None,
+                unique=False,
+                data=data_schema,
+                watermark=watermark,
+                at=commits[0].at,
+                out=_fold_schema(data_schema, mark),
+            )
+        )
+        more, tally = _fold_counts(folded)
+        for key, n in more.items():
+            counts[key] += n
+        deletes += tally.deletes
     history = None
     if _writes(counts):
         inserted = _with_hash(rows.where("__effect = 'inserted'"), props)
-        append(_current_rows(inserted, props), paths.current, commits[1])
+        current = _current_rows(inserted, props)
         history = _history_of(inserted, props)
+        if folded is not None:
+            state = _with_hash(folded.where("__row_kind = 'state' AND NOT __deleted"), props)
+            current = current.unionByName(_current_rows(state, props))
+            history = history.unionByName(
+                _history_rows(folded.where("__row_kind = 'history'"), props)
+            )
+        append(current, paths.current, commits[1])
     if deletes:
-        _append_tombstones(rows.where("__deleted"), paths, commits[0], mark)
+        gone = _tombstone_rows(rows.where("__deleted"), mark)
+        if folded is not None:
+            state = folded.where("__row_kind = 'state' AND __deleted")
+            gone = gone.unionByName(_tombstone_rows(state, mark))
+        append(gone, paths.tombstones, commits[0])
     return TableResult(dict(counts), latest_version(spark, paths.current), history)
 
 
@@ -826,13 +913,17 @@ def _append_tombstones(
     deleted: DataFrame, paths: ObjectTable, commit: BatchCommit, mark: StructType | None
 ) -> None:
     """Remember the deleted keys: their tombstone version, deletion time and watermark."""
-    rows = deleted.select(
+    append(_tombstone_rows(deleted, mark), paths.tombstones, commit)
+
+
+def _tombstone_rows(deleted: DataFrame, mark: StructType | None) -> DataFrame:
+    """Rows of deleted keys as the tombstones table holds them."""
+    return deleted.select(
         "id",
         "version",
         F.col("updated").alias("deleted"),
         *([F.col("__mark").alias("watermark")] if mark else []),
     )
-    append(rows, paths.tombstones, commit)
 
 
 def _history_rows(folded: DataFrame, props: list[str]) -> DataFrame:

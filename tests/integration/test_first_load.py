@@ -39,7 +39,11 @@ def _table(path: Path, *columns: str) -> list[tuple[Any, ...]]:
 
 
 def _load(
-    spark: SparkSession, root: Path, *files: list[dict[str, Any]], folded: bool = False
+    spark: SparkSession,
+    root: Path,
+    *files: list[dict[str, Any]],
+    folded: bool = False,
+    repeated_max: int | None = None,
 ) -> dict[str, Any]:
     """DMS files into an empty table in one batch through the large path (as loads too big
     for the driver fold), as a first load or — ``folded`` — as if the table held rows (its
@@ -62,6 +66,8 @@ def _load(
         patch.setattr(apply_module, "first_rows", first_rows)
         if folded:
             patch.setattr(apply_module, "holds_no_rows", lambda *_: False)
+        if repeated_max is not None:
+            patch.setattr(apply_module, "REPEATED_KEYS_MAX", repeated_max)
         ws = Workspace(root)
         zone = dms_workspace(ws)
         for number, rows in enumerate(files, start=1):
@@ -115,9 +121,10 @@ def test_a_first_load_appends_what_the_fold_would_write(
     # No key was in the table: both append their rows, neither MERGEs.
     assert appended["operation"] == merged["operation"] == "WRITE"
     # The check job counted the file's repeated ids: a file without any into an empty table
-    # is a projection per row (``first_rows``), into a table with rows a fold ungrouped.
+    # is a projection per row (``first_rows``), into a table with rows a fold ungrouped; with
+    # some, the keys changed once are projected and only the repeated ones folded.
     if rows is REPEATED:
-        assert appended["folds"] == merged["folds"] == ["grouped"]
+        assert (appended["folds"], merged["folds"]) == (["first rows", "grouped"], ["grouped"])
     else:
         assert (appended["folds"], merged["folds"]) == (["first rows"], ["ungrouped"])
     assert appended["fresh"] and merged["fresh"]
@@ -137,14 +144,27 @@ def test_a_first_load_appends_what_the_fold_would_write(
         assert len(appended["current"]) == len(appended["history"]) == 30
 
 
+def test_a_first_load_with_more_repeated_keys_than_the_limit_folds_every_key(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Past ``REPEATED_KEYS_MAX`` repeated keys (their ids would be broadcast) every key is
+    folded, as into a table with rows — the same rows, history, tombstones and counts."""
+    split = _load(spark, tmp_path / "split", REPEATED)
+    whole = _load(spark, tmp_path / "whole", REPEATED, repeated_max=0)
+    assert (split["folds"], whole["folds"]) == (["first rows", "grouped"], ["grouped"])
+    for part in ("current", "history", "tombstones", "counts"):
+        assert split[part] == whole[part], part
+
+
 def test_two_files_of_unique_keys_fold_grouped_and_load_as_one(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """Two loads of one table in a wave: each file's ids are unique, but a key may be in both,
-    so the fold groups (the check job does not count their distinct ids: nothing uses it)."""
+    """Two loads of one table in a wave: each file's ids are unique, but a key may be in both
+    (the check job does not count their distinct ids: nothing uses it), so the repeated keys
+    are found by a job of their own and only they are folded."""
     first, second = UNIQUE[:20], [order("o05", 200, "paid", "U"), *UNIQUE[20:]]
     loaded = _load(spark, tmp_path / "two", first, second)
-    assert loaded["folds"] == ["grouped"]
+    assert loaded["folds"] == ["first rows", "grouped"]
     assert loaded["counts"] == (30, 1, 0, 0, 0)
     assert ("o05", 2, "paid") in [
         row[:3]

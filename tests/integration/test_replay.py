@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from datetime import UTC, datetime
+from pathlib import Path
 
 import deltalake
 import pytest
@@ -272,3 +273,77 @@ def test_a_first_load_killed_before_history_is_rolled_forward_from_its_append(
     assert {(h["__op"], h["__deleted"], h["__transaction_id"]) for h in history} == {
         ("i", False, "tx-1")
     }
+
+
+def _repeated_first_load(ws: Workspace) -> list[RawRequest]:
+    """Two transactions into an empty table in one batch: dog2 in both (folded), dog1 and
+    dog3 once each (projected)."""
+    ws.dataset("petstore", DOG)
+    ws.data(
+        "in1/petstore/Dog/a.json", {"id": "dog1", "name": "Scooby"}, {"id": "dog2", "name": "Rex"}
+    )
+    ws.data(
+        "in2/petstore/Dog/b.json", {"id": "dog2", "name": "Rexie"}, {"id": "dog3", "name": "Lassie"}
+    )
+    body = "".join(
+        request(tid, upsert(f"./data/{folder}")) + "\n"
+        for tid, folder in (("tx-1", "in1"), ("tx-2", "in2"))
+    ).encode()
+    return split_landing_file("file:/landing/a.jsonl", T0, body, T0)
+
+
+def _history(job: Job) -> list[tuple[object, ...]]:
+    paths = job.layout.object_table("petstore", "petstore.Dog")
+    columns = ("id", "version", "hash", "name", "__transaction_id")
+    rows = deltalake.DeltaTable(paths.history).to_pyarrow_table().to_pylist()
+    return sorted(tuple(h[c] for c in columns) for h in rows)
+
+
+def test_a_first_load_with_a_repeated_key_killed_before_history_is_rolled_forward(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first load whose keys partly repeat projects the others and folds the repeated
+    (``objects._apply_first_load``); killed before the history append, the replay appends the
+    history an uninterrupted batch appends — both parts, the same rows."""
+    monkeypatch.setattr(apply_module, "DRIVER_FOLD_MAX_ROWS", 0)  # the large path
+    folds: list[str] = []
+    real_fold_rows, real_first_rows = apply_module.fold_rows, apply_module.first_rows
+
+    def folded(*args: object, unique: bool, **kwargs: object) -> DataFrame:
+        folds.append("ungrouped" if unique else "grouped")
+        return real_fold_rows(*args, unique=unique, **kwargs)  # type: ignore[arg-type]
+
+    def projected(*args: object, **kwargs: object) -> DataFrame:
+        folds.append("first rows")
+        return real_first_rows(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(apply_module, "fold_rows", folded)
+    monkeypatch.setattr(apply_module, "first_rows", projected)
+    whole = Workspace(tmp_path / "whole")
+    raws = _repeated_first_load(whole)
+    job = Job.create(spark, whole.config())
+    job.sink.process(raws, batch_id=0)
+    assert folds == ["first rows", "grouped"]  # dog1 and dog3 projected, dog2 folded
+    expected = _history(job)
+    assert [(h[0], h[1], h[4]) for h in expected] == [
+        ("dog1", 1, "tx-1"),
+        ("dog2", 1, "tx-1"),
+        ("dog2", 2, "tx-2"),
+        ("dog3", 1, "tx-2"),
+    ]
+
+    def killed(*_: object) -> None:
+        raise _Killed()
+
+    ws = Workspace(tmp_path / "killed")
+    raws = _repeated_first_load(ws)
+    monkeypatch.setattr(sink_module, "append_history", killed)
+    with pytest.raises(_Killed):
+        Job.create(spark, ws.config()).sink.process(raws, batch_id=0)
+    monkeypatch.setattr(sink_module, "append_history", apply_module.append_history)
+    restarted = Job.create(spark, ws.config())
+    outcomes = restarted.sink.process(raws, batch_id=0)
+    assert [o.status for o in outcomes] == [Status.COMMITTED] * 2
+    assert [(o.actions[0].inserted, o.actions[0].updated) for o in outcomes] == [(2, 0), (1, 1)]
+    assert folds == ["first rows", "grouped"] * 3  # the replay took the same path
+    assert _history(restarted) == expected
