@@ -681,9 +681,9 @@ def _apply_first_load(
     the batch gives its row by a projection (``sqlfold.first_rows``) of the cached changes —
     nothing grouped, joined, merged or materialised — and only the keys in ``repeated`` (the
     ids with more than one change, found by ``_repeated_keys``; None when none has) are
-    folded (``sqlfold.fold_rows``, grouped, over nothing stored) and
-    materialised. Both take their ids from the changes by a broadcast (anti- or semi-) join:
-    no shuffle of the rows. Then the counts, and one append of the inserted rows, the
+    folded (``sqlfold.fold_rows``, grouped, over nothing stored) and materialised. Both take
+    their ids from the changes by a broadcast (anti- or semi-) join: no shuffle of the rows.
+    Then the counts, and one append of the inserted rows, the
     projected ones hashed as they are written (a big file of one row group comes spread over
     the cores: ``loads._spread``). History is the projection again, appended after the
     batch's last wave: the changes stay cached until the batch ends (``loads.load_wave``'s
