@@ -1,6 +1,7 @@
 """A first load (issue 13): changes into a current table that holds no rows are appended, not
-merged — each a projection when no key repeats — and give exactly what the fold gives when the
-table may hold rows — rows, versions, hashes, history, tombstones and outcome counts."""
+merged — a key's change a projection when the key has no other, only repeated keys folded — and
+give exactly what the fold gives when the table may hold rows — rows, versions, hashes,
+history, tombstones and outcome counts."""
 
 from __future__ import annotations
 
