@@ -157,7 +157,7 @@ def test_a_first_load_with_more_repeated_keys_than_the_limit_folds_every_key(
         assert split[part] == whole[part], part
 
 
-def test_two_files_of_unique_keys_fold_grouped_and_load_as_one(
+def test_two_files_of_unique_keys_fold_the_shared_key_and_load_as_one(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     """Two loads of one table in a wave: each file's ids are unique, but a key may be in both
