@@ -45,7 +45,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import reduce
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 from delta.tables import DeltaTable
@@ -571,8 +571,7 @@ def _apply_large(
             )
         )
     folded = _materialised(rows)
-    counts, tally = _fold_counts(folded)
-    deletes, held, new, wide = tally.deletes, tally.held, tally.new, tally.wide
+    counts, (deletes, held, new, wide) = _fold_counts(folded)
     history = None
     state = folded.where("__row_kind = 'state'")
     if _writes(counts):
@@ -611,8 +610,7 @@ def _materialised(rows: DataFrame) -> DataFrame:
     return hashed.localCheckpoint(eager=True)
 
 
-@dataclass(frozen=True)
-class _Tally:
+class _Tally(NamedTuple):
     """What a fold's state and history rows hold: ``deletes`` (state rows of deleted keys),
     ``held`` (of keys stored before), ``new`` (of keys inserted), ``wide`` (state and history
     rows)."""
@@ -683,11 +681,11 @@ def _apply_first_load(
     ids with more than one change, found by ``_repeated_keys``; None when none has) are
     folded (``sqlfold.fold_rows``, grouped, over nothing stored) and materialised. Both take
     their ids from the changes by a broadcast (anti- or semi-) join: no shuffle of the rows.
-    Then the counts, and one append of the inserted rows, the
-    projected ones hashed as they are written (a big file of one row group comes spread over
-    the cores: ``loads._spread``). History is the projection again, appended after the
-    batch's last wave: the changes stay cached until the batch ends (``loads.load_wave``'s
-    ``held``), and the projection and hash give the same rows each time.
+    Then the counts, and one append of the inserted rows, the projected ones hashed as they
+    are written (a big file of one row group comes spread over the cores: ``loads._spread``).
+    History is the projection again, appended after the batch's last wave: the changes stay
+    cached until the batch ends (``loads.load_wave``'s ``held``), and the projection and hash
+    give the same rows each time.
 
     A snapshot followed by the source's transactions (a database's first day) is this: most
     keys are read once, the hot ones changed again."""
