@@ -126,11 +126,11 @@ mariadb:
 demo: setup
 	$(VENV)/bin/cdc demo
 
-# The fast tests first (no Spark: a broken core fails in seconds), then the integration tests with
-# the 25 slowest listed at the end of the output.
+# The fast tests first (no Spark: a broken core fails in seconds), then the integration tests, a
+# line each with its time (tests/conftest.py) and the 25 slowest listed at the end of the output.
 test: setup jars-s3 jars-connect postgres mariadb
 	$(PY) -m pytest tests/unit tests/bench
-	$(PY) -m pytest tests/integration --durations=25 --junit-xml=build/junit-integration.xml
+	$(PY) -m pytest tests/integration -v --durations=25 --junit-xml=build/junit-integration.xml
 
 # The warehouse, checkpoints and landing folders on s3a against a local S3 server
 # (tests/integration/test_s3_warehouse.py). A pytest run without jars/s3 deselects it.

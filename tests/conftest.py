@@ -122,3 +122,22 @@ def _no_cached_data_left(request: pytest.FixtureRequest) -> Iterator[None]:
     if not manager.isEmpty():
         session.catalog.clearCache()
         pytest.fail("the test left data cached in the shared SparkSession (a batch not released)")
+
+
+# -- each passed test's time, as it passes (`-v`, as `make test` runs the integration tests) -----
+# `--durations` reports only at the end of a run: a run stopped from outside (CI's time limit)
+# reports nothing. With `-v` a passed test's line says its setup + call time, e.g.
+# `PASSED (12 s)`: the output of a run stopped halfway still says where its time went.
+_SETUP_SECONDS: dict[str, float] = {}
+
+
+def pytest_report_teststatus(
+    report: pytest.TestReport, config: pytest.Config
+) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+    if report.when == "setup":
+        _SETUP_SECONDS[report.nodeid] = report.duration
+        return None
+    if report.when != "call" or not report.passed or hasattr(report, "wasxfail"):
+        return None
+    seconds = _SETUP_SECONDS.pop(report.nodeid, 0.0) + report.duration
+    return "passed", ".", (f"PASSED ({seconds:.0f} s)", {"green": True})
