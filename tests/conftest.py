@@ -135,7 +135,8 @@ def pytest_report_teststatus(
     report: pytest.TestReport, config: pytest.Config
 ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
     if report.when == "setup":
-        _SETUP_SECONDS[report.nodeid] = report.duration
+        if report.passed:  # a test whose setup failed or skipped has no call to add it to
+            _SETUP_SECONDS[report.nodeid] = report.duration
         return None
     if report.when != "call" or not report.passed or hasattr(report, "wasxfail"):
         return None
