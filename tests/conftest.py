@@ -132,7 +132,7 @@ _SETUP_SECONDS: dict[str, float] = {}
 
 
 def pytest_report_teststatus(
-    report: pytest.TestReport, config: pytest.Config
+    report: pytest.TestReport,
 ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
     if report.when == "setup":
         if report.passed:  # a test whose setup failed or skipped has no call to add it to
