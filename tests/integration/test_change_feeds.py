@@ -165,11 +165,13 @@ def test_an_incomplete_transaction_is_rejected_after_max_wait_and_kept_in_quaran
 
 @pytest.mark.parametrize("point", ["between_commits", "after_ledger"])
 def test_a_crash_with_a_source_transaction_half_read_applies_each_once(
-    ws: Workspace, kafka_broker: object, prefix: str, point: str
+    spark: SparkSession, ws: Workspace, kafka_broker: object, prefix: str, point: str
 ) -> None:
     """``cdc run`` killed in a batch that holds a complete transaction and half of the next
     (its END and an event still to come): after the restart, the replayed batch and the next
-    one apply each source transaction once, whole."""
+    one apply each source transaction once, whole. The restart runs in this process, on the
+    shared session, as tests/integration/test_crash_points.py's do: a new job on the same config,
+    checkpoint and warehouse, nothing of the killed process left but what it wrote."""
     bootstrap: str = kafka_broker.bootstrap  # type: ignore[attr-defined]
     cfg = config(ws, kafka_broker, prefix)
     (ws.root / "cdc.json").write_text(cfg.model_dump_json())
@@ -195,10 +197,7 @@ def test_a_crash_with_a_source_transaction_half_read_applies_each_once(
     )
     rest.end("901", {CUST: 1, ORD: 1}, end_id="901:20")
     send(bootstrap, rest.take())
-    done = run_cdc(
-        "run", "--once", "--config", "cdc.json", cwd=ws.root, env=cdc_env(drop=(CRASH_ENV, "CDC_"))
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    ws.run_once(spark, cfg)
 
     got = outcomes(ws)
     assert sorted((o["transactionId"], o["status"]) for o in got) == sorted(

@@ -130,7 +130,8 @@ def clean(log: str) -> None:
     [
         ("SIGTERM", "process"),  # Kubernetes, `docker stop`: PID 1 only
         ("SIGTERM", "group"),  # systemd's KillMode=control-group, `kill -TERM -<pgid>`
-        ("SIGINT", "group"),  # Ctrl-C in a terminal: the foreground process group
+        # Ctrl-C in a terminal (SIGINT to the foreground process group): pressed twice, in
+        # the second-signal case below — a cold `cdc` process less than a case of its own here.
     ],
 )
 def test_a_stop_signal_lets_the_running_batch_finish_and_exits_0(
@@ -174,22 +175,29 @@ def test_a_stop_signal_lets_the_running_batch_finish_and_exits_0(
 def test_a_batch_that_cannot_finish_is_left_to_the_replay_and_the_job_still_exits_0(
     spark: SparkSession, ws: Workspace, how: str
 ) -> None:
+    """``grace period``: SIGTERM to the Python process, a 3 s grace period. ``second signal``:
+    Ctrl-C pressed twice in a terminal — SIGINT to the whole process group, twice: the driver
+    JVM ignores both (``runtime.session``), the driver stops on the first and hurries on the
+    second."""
     pause = 120.0
     grace = 3 if how == "grace period" else 300
+    name = "SIGTERM" if how == "grace period" else "SIGINT"
     cfg = prepare(ws, grace=grace)
     process, log = start(ws, pause)
     try:
         sent = time.monotonic()
-        os.kill(process.pid, signal.SIGTERM)
-        if how == "second signal":
+        if how == "grace period":
+            os.kill(process.pid, signal.SIGTERM)
+        else:
+            os.killpg(process.pid, signal.SIGINT)
             wait_until(
                 "the stop to wait for batch 0",
-                lambda: "SIGTERM: waiting up to" in log.read_text(),
+                lambda: "SIGINT: waiting up to 300 s for batch 0 to finish" in log.read_text(),
                 process,
                 log,
                 timeout=60,
             )
-            os.kill(process.pid, signal.SIGINT)  # Ctrl-C: the JVM ignores it anyway
+            os.killpg(process.pid, signal.SIGINT)
         code, seconds = ended(process, sent)
     finally:
         kill_group(process)
@@ -202,9 +210,9 @@ def test_a_batch_that_cannot_finish_is_left_to_the_replay_and_the_job_still_exit
         if how == "grace period"
         else r"batch 0 left to the replay on a second signal, [0-9.]+ s"
     )
-    stops = re.findall(r"stopping on SIGTERM: .*", output)
+    stops = re.findall(rf"stopping on {name}: .*", output)
     assert len(stops) == 1, output[-4000:]
-    assert re.fullmatch(f"stopping on SIGTERM: {ending}", stops[0]), stops
+    assert re.fullmatch(f"stopping on {name}: {ending}", stops[0]), stops
     clean(output)
     # Cut after its tables, before its ledger: nothing recorded; the replay commits it once.
     assert dog_rows(ws) == [("dog1", 1, "Rex")]

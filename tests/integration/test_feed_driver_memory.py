@@ -38,7 +38,7 @@ import pytest
 import yaml
 
 from streaming.core.layout import Layout
-from tests.support.cdc import kill_group, start_cdc
+from tests.support.cdc import cdc_env, kill_group, start_cdc
 from tests.support.debezium import Topics
 from tests.support.memory import PeakWatch
 from tests.support.snapshot import key, produce, snapshot_records, triples
@@ -151,7 +151,11 @@ def run_once(root: Path, bootstrap: str, broker: Any, prefix: str, rows: int) ->
     (root / "cdc.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     log = root / "cdc.log"
     started = time.monotonic()
-    process = start_cdc("run", "--once", "--config", str(root / "cdc.yaml"), cwd=root, log=log)
+    # A large batch: the JVM's default compilers (tests/support/cdc.py, ``SHORT_LIVED_JVM``).
+    env = cdc_env(short_lived=False)
+    process = start_cdc(
+        "run", "--once", "--config", str(root / "cdc.yaml"), cwd=root, log=log, env=env
+    )
     watch = PeakWatch(process.pid).start()
     try:
         code = process.wait(timeout=TIMEOUT)

@@ -217,12 +217,6 @@ class Case:
 
 
 CASES = {
-    # Spark's read of a Parquet load (``loads.load_changes``), the only load of the batch.
-    "load_changes": Case(
-        {"tx-dogs": [DOGS]},
-        "cannot read PARQUET data at s3a://cdc-data/dogs",
-        {"Dog": DOG_ROWS, "Cat": [], "Dog history": DOG_HISTORY, "Cat history": []},
-    ),
     # The listing of a JSON load (``jsonfiles.read_json_loads``), read first in the wave.
     "jsonfiles": Case(
         {"tx-dogs": [DOGS], "tx-cats": [CATS]},
@@ -234,9 +228,12 @@ CASES = {
             "Cat history": [("cat1", 1, "i", "tx-cats")],
         },
     ),
-    # The failed attempt had committed already: tx-local-cats (local data) is a segment of its
-    # own, written before tx-both, which reads Cat, then fails reading S3. The retry must find
-    # that commit and not apply it again (Delta's idempotency keys, ``replay_possible``).
+    # Spark's read of a Parquet load (``loads.load_changes``), after the failed attempt had
+    # committed already: tx-local-cats (local data) is a segment of its own, written before
+    # tx-both, which reads Cat, then fails reading S3. The retry must find that commit and not
+    # apply it again (Delta's idempotency keys, ``replay_possible``). (A case whose Parquet load
+    # was the batch's only one failed in the same read and committed nothing before it: this
+    # one checks all it did, and it cost a cold ``cdc`` process of 100-140 s.)
     "after_a_commit": Case(
         {"tx-local-cats": [LOCAL_CATS], "tx-both": [CATS_AS_DOGS, DOGS]},
         "cannot read PARQUET data at s3a://cdc-data/dogs",
