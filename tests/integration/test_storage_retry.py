@@ -17,7 +17,8 @@ monkeypatched.
 
 The warehouse, the checkpoints and the landing folder are local: only the data the requests
 load is on S3. ``cdc run`` runs in a process of its own (the s3a jars must be on the JVM's
-classpath when it starts, which the tests' shared session's is not)."""
+classpath when it starts, which the tests' shared session's is not). The scenarios run side by
+side (``runs``), each with its own server, process and folder; the tests check what each left."""
 
 from __future__ import annotations
 
@@ -30,7 +31,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +63,9 @@ petstore.Dog:
 petstore.Cat:
   properties: {name: {type: string}}
 """
-PAUSE = 6
+PAUSE = 10
+"""Seconds the batch holds before its first commit: the store is frozen meanwhile (the scenarios
+run side by side, so with a margin for a busy machine)."""
 FROZEN = 12
 """Seconds the server is frozen, at least."""
 PAUSING = f"{PAUSE_ENV}=before_first_commit: pausing"
@@ -251,17 +257,41 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_a_store_frozen_under_a_batch_fails_the_batch_which_commits_once_when_it_is_back(
-    tmp_path: Path, case: str
-) -> None:
-    transactions, failed_read, expected = (
-        CASES[case].transactions,
-        CASES[case].failed_read,
-        CASES[case].tables,
-    )
+@dataclass(frozen=True)
+class Frozen:
+    """What a frozen case's run left (``_run_frozen``)."""
+
+    root: Path
+    log: str
+    outcomes_at_failure: int
+    """Outcome rows when the first attempt had failed."""
+    committed_at_failure: dict[str, int]
+    """Commits of Dog and Cat when the first attempt had failed."""
+    code: int
+    """``cdc run``'s exit code after SIGTERM."""
+
+
+@dataclass(frozen=True)
+class Down:
+    """What the stays-down scenario left (``_run_stays_down``)."""
+
+    root: Path
+    down: subprocess.CompletedProcess[str]
+    outcomes_down: int
+    ledger_down: list[dict[str, Any]]
+    up: subprocess.CompletedProcess[str]
+
+
+def _jars() -> None:
     if not any(S3_JARS.glob("hadoop-aws-*.jar")) or not any(S3_JARS.glob("bundle-*.jar")):
         pytest.fail("jars/s3 has no hadoop-aws / AWS SDK bundle: run `make jars-s3`")
+
+
+def _run_frozen(tmp_path: Path, case: str) -> Frozen:
+    """``cdc run`` over the case's transactions, the store frozen under its first batch and
+    thawed once the batch's first attempt failed on it; stopped (SIGTERM) once the batch
+    committed."""
+    transactions = CASES[case].transactions
     server = Server(tmp_path)
     server.start()
     job: subprocess.Popen[bytes] | None = None
@@ -294,27 +324,95 @@ def test_a_store_frozen_under_a_batch_fails_the_batch_which_commits_once_when_it
             "the batch's first attempt to fail on the store", lambda: said(RETRYING), job, log
         )
         warehouse = tmp_path / "warehouse"
-        assert _outcomes(warehouse) == 0
-        # What the failed attempt had committed: Cat's segment in ``after_a_commit``, else none.
+        outcomes_at_failure = _outcomes(warehouse)
         committed = {name: len(_commits(warehouse, name)) for name in ("Dog", "Cat")}
-        assert committed == {"Dog": 0, "Cat": 1 if case == "after_a_commit" else 0}
         # Hung a few seconds more (a retry or two meet it so too), then it answers again.
         time.sleep(max(0.0, FROZEN - (time.monotonic() - frozen)))
         server.thaw()
         wait_until(
             "the transactions to be committed",
-            lambda: _outcomes(tmp_path / "warehouse") == len(transactions),
+            lambda: _outcomes(warehouse) == len(transactions),
             job,
             log,
         )
         os.kill(job.pid, signal.SIGTERM)  # the Python process only: a clean stop
-        assert job.wait(timeout=120) == 0, log.read_text(errors="replace")[-3000:]
+        code = job.wait(timeout=120)
         job = None
     finally:
         if job is not None:
             kill_group(job)
         server.stop()
-    text = log.read_text(errors="replace")
+    return Frozen(tmp_path, log.read_text(errors="replace"), outcomes_at_failure, committed, code)
+
+
+def _run_stays_down(tmp_path: Path) -> Down:
+    """``cdc run --once`` with the store frozen before it starts and for all of its attempts;
+    then, thawed, ``cdc run --once`` again."""
+    server = Server(tmp_path)
+    server.start()
+    try:
+        _put_data(server)
+        (tmp_path / "petstore.yaml").write_text(DATASET)
+        (tmp_path / "cdc.yaml").write_text(_config(server, attempts=2))
+        landing = tmp_path / "landing"
+        landing.mkdir()
+        (landing / "0001.jsonl").write_text(f"{request('tx-dogs', DOGS)}\n")
+        env = cdc_env(KEYS, drop=[CRASH_ENV, PAUSE_ENV, "AWS_", "CDC_"])
+        server.freeze()
+        down = run_cdc("run", "--once", "--config", "cdc.yaml", cwd=tmp_path, env=env)
+        server.thaw()
+        warehouse = tmp_path / "warehouse"
+        outcomes_down, ledger_down = _outcomes(warehouse), _rows(warehouse, "ledger")
+        up = run_cdc("run", "--once", "--config", "cdc.yaml", cwd=tmp_path, env=env)
+    finally:
+        server.stop()
+    return Down(tmp_path, down, outcomes_down, ledger_down, up)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Frozen | Down | BaseException]:
+    """Every scenario of this module at once, each in a thread of its own with its own S3
+    server and ``cdc`` process: a run mostly waits on its frozen store (hadoop-aws gives up on
+    a request after 15 s at the least, whatever its settings say), so side by side the runs
+    take about as long as the longest instead of adding up. A scenario's failure is raised by
+    its own test."""
+    _jars()
+    scenarios: dict[str, Callable[[], Frozen | Down]] = {
+        **{case: partial(_run_frozen, tmp_path_factory.mktemp(case), case) for case in CASES},
+        "stays_down": partial(_run_stays_down, tmp_path_factory.mktemp("stays_down")),
+    }
+    with ThreadPoolExecutor(len(scenarios)) as pool:
+        futures = {name: pool.submit(run) for name, run in scenarios.items()}
+    found: dict[str, Frozen | Down | BaseException] = {}
+    for name, future in futures.items():
+        error = future.exception()
+        found[name] = error if error is not None else future.result()
+    return found
+
+
+def _taken(runs: dict[str, Frozen | Down | BaseException], name: str) -> Frozen | Down:
+    found = runs[name]
+    if isinstance(found, BaseException):
+        raise found
+    return found
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_store_frozen_under_a_batch_fails_the_batch_which_commits_once_when_it_is_back(
+    runs: dict[str, Frozen | Down | BaseException], case: str
+) -> None:
+    run = _taken(runs, case)
+    assert isinstance(run, Frozen)
+    transactions, failed_read, expected = (
+        CASES[case].transactions,
+        CASES[case].failed_read,
+        CASES[case].tables,
+    )
+    text, warehouse = run.log, run.root / "warehouse"
+    assert run.outcomes_at_failure == 0
+    # What the failed attempt had committed: Cat's segment in ``after_a_commit``, else none.
+    assert run.committed_at_failure == {"Dog": 0, "Cat": 1 if case == "after_a_commit" else 0}
+    assert run.code == 0, text[-3000:]
     retries = [
         line for line in text.splitlines() if "STORAGE_UNAVAILABLE: batch 0, attempt" in line
     ]
@@ -358,45 +456,29 @@ def test_a_store_frozen_under_a_batch_fails_the_batch_which_commits_once_when_it
 
 
 def test_a_store_that_stays_down_stops_the_job_with_storage_unavailable_and_loses_nothing(
-    tmp_path: Path,
+    runs: dict[str, Frozen | Down | BaseException],
 ) -> None:
     """The S3 server frozen before the job starts and for all of its attempts: ``cdc run
     --once`` stops with STORAGE_UNAVAILABLE (exit 2, a line saying what to do), nothing
     REJECTED or recorded; thawed, the next ``cdc run --once`` replays the batch: COMMITTED once."""
-    if not any(S3_JARS.glob("hadoop-aws-*.jar")) or not any(S3_JARS.glob("bundle-*.jar")):
-        pytest.fail("jars/s3 has no hadoop-aws / AWS SDK bundle: run `make jars-s3`")
-    server = Server(tmp_path)
-    server.start()
-    try:
-        _put_data(server)
-        (tmp_path / "petstore.yaml").write_text(DATASET)
-        (tmp_path / "cdc.yaml").write_text(_config(server, attempts=2))
-        landing = tmp_path / "landing"
-        landing.mkdir()
-        (landing / "0001.jsonl").write_text(f"{request('tx-dogs', DOGS)}\n")
-        env = cdc_env(KEYS, drop=[CRASH_ENV, PAUSE_ENV, "AWS_", "CDC_"])
-        server.freeze()
-        down = run_cdc("run", "--once", "--config", "cdc.yaml", cwd=tmp_path, env=env)
-        server.thaw()
-        output = down.stdout + down.stderr
-        assert down.returncode == 2, output[-3000:]
-        assert "STORAGE_UNAVAILABLE: batch 0, attempt 1 of 2: the store failed (" in output
-        assert "attempt 2 of 2" not in output  # the last attempt is not retried: it stops
-        # The job ends with the coded error and the line saying what to do, last on stderr (as
-        # the other failures of a batch do: Spark's and py4j's report of the failed query, with
-        # the foreachBatch function's traceback, comes before it).
-        last = down.stderr.rstrip().splitlines()[-2:]
-        assert last[0].startswith(
-            "cdc: error [STORAGE_UNAVAILABLE]: batch 0 failed 2 times over "
-        ), output[-3000:]
-        assert "storage_retry.attempts" in last[1] and "replays the batch" in last[1], last
-        assert "REJECTED" not in output, output[-3000:]
-        warehouse = tmp_path / "warehouse"
-        assert _outcomes(warehouse) == 0 and _rows(warehouse, "ledger") == []
-        up = run_cdc("run", "--once", "--config", "cdc.yaml", cwd=tmp_path, env=env)
-        assert up.returncode == 0, (up.stdout + up.stderr)[-3000:]
-    finally:
-        server.stop()
+    run = _taken(runs, "stays_down")
+    assert isinstance(run, Down)
+    down, up, warehouse = run.down, run.up, run.root / "warehouse"
+    output = down.stdout + down.stderr
+    assert down.returncode == 2, output[-3000:]
+    assert "STORAGE_UNAVAILABLE: batch 0, attempt 1 of 2: the store failed (" in output
+    assert "attempt 2 of 2" not in output  # the last attempt is not retried: it stops
+    # The job ends with the coded error and the line saying what to do, last on stderr (as
+    # the other failures of a batch do: Spark's and py4j's report of the failed query, with
+    # the foreachBatch function's traceback, comes before it).
+    last = down.stderr.rstrip().splitlines()[-2:]
+    assert last[0].startswith("cdc: error [STORAGE_UNAVAILABLE]: batch 0 failed 2 times over "), (
+        output[-3000:]
+    )
+    assert "storage_retry.attempts" in last[1] and "replays the batch" in last[1], last
+    assert "REJECTED" not in output, output[-3000:]
+    assert run.outcomes_down == 0 and run.ledger_down == []
+    assert up.returncode == 0, (up.stdout + up.stderr)[-3000:]
     outcomes = [
         (r["transaction_id"], r["status"], r["batch_id"]) for r in _rows(warehouse, "outcomes")
     ]
