@@ -14,6 +14,8 @@ after a kill)."""
 from __future__ import annotations
 
 import json
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import deltalake
@@ -140,10 +142,12 @@ def check_left_behind(point: str, ws: Workspace) -> None:
     assert batch_files(ws, "commits") == []
 
 
-@pytest.mark.parametrize("point", [p for p in POINTS if p != "mid_upkeep"])
-def test_killed_at_a_crash_point_then_restarted_applies_everything_once(
-    spark: SparkSession, ws: Workspace, point: str
-) -> None:
+CRASHED = [p for p in POINTS if p != "mid_upkeep"]
+
+
+def _crash(ws: Workspace, point: str) -> subprocess.CompletedProcess[str]:
+    """The workspace's batch run by ``cdc run --once`` in a process of its own, killed at
+    ``point``."""
     ws.dataset("petstore", DATASET)
     (ws.root / "cdc.yaml").write_text(CONFIG)
     ws.data(
@@ -154,8 +158,7 @@ def test_killed_at_a_crash_point_then_restarted_applies_everything_once(
     upsert = {"operation": "UPSERT", "locationUri": "./data/one", "format": "JSON"}
     delete = {"operation": "DELETE", "locationUri": "./data/two", "format": "JSON"}
     ws.requests(request("tx-1", upsert), request("tx-2", delete), '{"transactionId": "tx-3", ')
-
-    crashed = run_cdc(
+    return run_cdc(
         "run",
         "--once",
         "--config",
@@ -163,8 +166,31 @@ def test_killed_at_a_crash_point_then_restarted_applies_everything_once(
         cwd=ws.root,
         env=cdc_env({CRASH_ENV: point}, drop=[CRASH_ENV]),
     )
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
-    assert f"{CRASH_ENV}={point}: killing the driver" in crashed.stderr, crashed.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def crashed(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, tuple[Workspace, subprocess.CompletedProcess[str]]]:
+    """Every point's killed run, three processes at a time: each is a cold JVM of its own whose
+    compiling and waiting leave room for another (C1 only, ~1.1 cores each: tests/support/cdc.py),
+    so side by side they take less time than one after another. Each test then checks its
+    point's workspace and restarts it."""
+    spaces = {point: Workspace(tmp_path_factory.mktemp(point)) for point in CRASHED}
+    with ThreadPoolExecutor(3) as pool:
+        runs = {point: pool.submit(_crash, ws, point) for point, ws in spaces.items()}
+    return {point: (spaces[point], run.result()) for point, run in runs.items()}
+
+
+@pytest.mark.parametrize("point", CRASHED)
+def test_killed_at_a_crash_point_then_restarted_applies_everything_once(
+    spark: SparkSession,
+    crashed: dict[str, tuple[Workspace, subprocess.CompletedProcess[str]]],
+    point: str,
+) -> None:
+    ws, run = crashed[point]
+    assert run.returncode == -9, run.stderr[-2000:]
+    assert f"{CRASH_ENV}={point}: killing the driver" in run.stderr, run.stderr[-2000:]
     check_left_behind(point, ws)
 
     # The restart: a new job on the same config, checkpoint and warehouse.
