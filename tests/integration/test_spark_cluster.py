@@ -49,7 +49,7 @@ import pytest
 from streaming.apply.objects import DRIVER_FOLD_MAX_ROWS
 from streaming.core.outcomes import Outcome, Status
 from tests.support import request, upsert
-from tests.support.cdc import SHORT_LIVED_JVM, wait_until
+from tests.support.cdc import C1_ONLY, SHORT_LIVED_JVM, wait_until
 from tests.support.debezium import Topics, send
 from tests.support.ports import HOST, free_port
 
@@ -136,7 +136,7 @@ def spark_env(tmp: Path) -> dict[str, str]:
         # The master's, the workers' and the driver's JVMs compile with C1 only: they live for
         # one small job (tests/support/cdc.py, ``SHORT_LIVED_JVM``). Executors, started by the
         # workers from the job's settings (deploy.md's command), keep the default.
-        SPARK_DAEMON_JAVA_OPTS=SHORT_LIVED_JVM["SPARK_SUBMIT_OPTS"],
+        SPARK_DAEMON_JAVA_OPTS=C1_ONLY,
         **SHORT_LIVED_JVM,
     )
     return env

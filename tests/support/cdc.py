@@ -19,7 +19,10 @@ TIMEOUT = 600.0
 """The longest a `cdc` process may take in a test (a cold JVM, a batch, a stop)."""
 
 
-SHORT_LIVED_JVM = {"SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1"}
+C1_ONLY = "-XX:TieredStopAtLevel=1"
+"""The JVM option that stops its compiling at C1 (no C2): for JVMs that live a minute or two."""
+
+SHORT_LIVED_JVM = {"SPARK_SUBMIT_OPTS": C1_ONLY}
 """The driver JVM of a test's ``cdc`` process compiles with C1 only. Such a process lives a minute
 or two over a few small batches: C2 spent ~35 of its ~95 s of CPU compiling code that was done
 before it paid off (per-thread CPU of a cold ``cdc run --once`` of one transaction, this

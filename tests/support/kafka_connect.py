@@ -44,6 +44,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tests.support.cdc import C1_ONLY
 from tests.support.mariadb import MariaDBServer
 from tests.support.ports import HOST, free_port, port_open
 from tests.support.postgres import PostgresCluster
@@ -299,7 +300,7 @@ class DebeziumConnect:
             "-Xms64m",
             "-Xmx512m",
             "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
+            C1_ONLY,
             "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
