@@ -275,14 +275,18 @@ def apply_to_object_table(
     ``spark`` is a session of this table's own (``runtime.parallel``): tables of a wave are
     applied concurrently, and Delta takes a MERGE's idempotency keys from session conf."""
     rows: list[Row] | None = None
-    if count is None:
-        first = changes.limit(DRIVER_FOLD_MAX_ROWS + 1).collect()  # a job per few partitions
-        rows = first if len(first) <= DRIVER_FOLD_MAX_ROWS else None
-    elif count <= DRIVER_FOLD_MAX_ROWS:
-        rows = changes.collect()
-    if rows is not None:
-        result = _apply_small(spark, rows, schema, paths, before, (commit, inserts), deleted)
-    else:
+    result: TableResult | None = None
+    try:
+        if count is None:
+            first = _on_driver(changes.limit(DRIVER_FOLD_MAX_ROWS + 1))  # a job per few parts
+            rows = first if len(first) <= DRIVER_FOLD_MAX_ROWS else None
+        elif count <= DRIVER_FOLD_MAX_ROWS:
+            rows = _on_driver(changes)
+        if rows is not None:
+            result = _apply_small(spark, rows, schema, paths, before, (commit, inserts), deleted)
+    except _NotInPython as e:
+        log.info("%s: the fold runs on the executors: %s", schema.name, e)
+    if result is None:
         if deleted is not None:
             deleted.forget(paths.tombstones)
         with _LARGE_PATH:
@@ -375,6 +379,21 @@ def _apply_small(
     return TableResult(dict(counts), latest_version(spark, paths.current), history, on_driver=True)
 
 
+class _NotInPython(Exception):
+    """Rows PySpark cannot hand to Python: the fold runs on the executors instead."""
+
+
+def _on_driver(frame: DataFrame) -> list[Row]:
+    """``frame``'s rows for the driver's fold, before it writes anything. PySpark turns a
+    timestamp into a local ``datetime`` with ``datetime.fromtimestamp``, which fails within a
+    day of its limits (``0001-01-01``, ``9999-12-31``: sentinels databases use): such a batch
+    is folded by Spark (``_apply_large``), which never converts a value."""
+    try:
+        return frame.collect()
+    except (ValueError, OverflowError) as e:
+        raise _NotInPython(f"a value Python cannot hold ({e})") from e
+
+
 def _writes(counts: Mapping[tuple[int, Effect], int]) -> bool:
     """Whether the batch inserts, updates or deletes a row of the current table (else at most
     tombstones' watermarks moved, and the current table and history stay as they are)."""
@@ -432,7 +451,7 @@ def _stored_rows(
         key: {**_NOTHING, "t_version": version, "t_mark": watermark}
         for key, (version, watermark) in (held or {}).items()
     }
-    for row in live.collect():
+    for row in _on_driver(live):
         entry = stored.setdefault(row["id"], dict(_NOTHING))
         if row["live"]:
             entry["s_version"], entry["s_created"] = row["version"], row["created"]

@@ -303,12 +303,31 @@ def connect_value(value: Any, schema: Mapping[str, Any] | None) -> Any:
         return (EPOCH + timedelta(seconds=seconds, microseconds=micros)).isoformat()
     if name == "org.apache.kafka.connect.data.Decimal" and isinstance(value, str):
         digits = int((schema.get("parameters") or {}).get("scale", 0))
-        unscaled = int.from_bytes(base64.b64decode(value), "big", signed=True)
-        return str(Decimal(unscaled).scaleb(-digits))
+        return decimal_text(int.from_bytes(base64.b64decode(value), "big", signed=True), digits)
     if name == "io.debezium.data.VariableScaleDecimal" and isinstance(value, dict):
         unscaled = int.from_bytes(base64.b64decode(value["value"]), "big", signed=True)
-        return str(Decimal(unscaled).scaleb(-int(value["scale"])))
+        return decimal_text(unscaled, int(value["scale"]))
     return value
+
+
+def decimal_text(unscaled: int, scale: int) -> str:
+    """``unscaled * 10**-scale`` as plain decimal text, every digit kept: integer arithmetic on
+    the digits, never ``decimal``'s context (28 significant digits by default, which rounds a
+    38-digit value) nor exponent notation. Spark casts the text to the property's type, and a
+    value the type cannot hold exactly is a ``TYPE_MISMATCH`` (``inputs.loads``), never rounded."""
+    sign, digits = ("-" if unscaled < 0 else ""), str(abs(unscaled))
+    if scale <= 0:
+        return f"{sign}{digits}{'0' * -scale}"
+    digits = digits.rjust(scale + 1, "0")
+    return f"{sign}{digits[:-scale]}.{digits[-scale:]}"
+
+
+def plain_json(value: Any) -> Any:
+    """``json.dumps``'s ``default`` for a staged row: a ``Decimal`` (Avro's decimals, read by
+    fastavro at the schema's precision) as its exact plain text, anything else as ``str``."""
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    return str(value)
 
 
 def _row(
@@ -417,21 +436,64 @@ def _text(value: Any) -> str:
 
 
 def source_position(source: Mapping[str, Any], record: Received) -> str:
-    """The source position of a change as text that sorts as the source's order: Postgres's
-    ``lsn``, MariaDB's (``binlog_position``) and MySQL's binlog ``file``/``pos``/``row``, SQL
-    Server's commit and change LSNs
-    (hex of one width); another connector: its ``ts_ms`` and the Kafka offset."""
+    """The source position of a change as text that sorts as the source's order: PostgreSQL's
+    (``postgres_position``), MariaDB's (``binlog_position``) and MySQL's binlog
+    ``file``/``pos``/``row``, SQL Server's commit and change LSNs (hex of one width); another
+    connector: its ``ts_ms`` and the Kafka offset. A PostgreSQL, MariaDB or MySQL event without
+    its connector's position is rejected: a position of another form would be compared with
+    theirs as text, and the order would be wrong."""
     connector = source.get("connector")
-    if connector == "postgresql" and isinstance(source.get("lsn"), int):
-        return f"{source['lsn']:020d}"
-    if connector == "mariadb" and source.get("file") is not None:
-        return binlog_position(source)
-    if connector == "mysql" and source.get("file") is not None:
+    if connector == "postgresql":
+        return postgres_position(source, record)
+    if connector in ("mariadb", "mysql"):
+        if source.get("file") is None:
+            raise _invalid(record, f"a {connector} event without its binlog 'file' in 'source'")
+        if connector == "mariadb":
+            return binlog_position(source)
         pos, row = int(source.get("pos") or 0), int(source.get("row") or 0)
         return f"{source['file']}/{pos:020d}/{row:010d}"
     if connector == "sqlserver" and source.get("change_lsn"):
         return f"{source.get('commit_lsn') or ''}/{source['change_lsn']}"
     return f"{int(source.get('ts_ms') or 0):020d}/{record.offset:020d}"
+
+
+def postgres_position(source: Mapping[str, Any], record: Received) -> str:
+    """A PostgreSQL change's place in commit order, ``<commit>/<lsn>`` (20 digits each):
+    Debezium's ``source.sequence`` is ``[last committed LSN, current LSN]``, the first in the
+    order the connector emits transactions (commit order), the second the change's own LSN,
+    which orders one transaction's changes. The change's LSN alone does not order a change
+    against a snapshot read: a transaction that changed a row before the read was taken but
+    committed after it has a smaller LSN than the read and is emitted after it. An incremental
+    snapshot's reads carry no ``lsn``, only the ``sequence`` of the point in the stream where
+    the connector emits them (after every change that committed before the chunk was read, and
+    before every change that committed later: Debezium's watermarks drop a read whose key
+    changed while the chunk was read). Without a committed LSN (an initial snapshot's reads,
+    the first transaction after the connector starts) the change's LSN stands for both."""
+    lsn = source.get("lsn")
+    committed = current = None
+    sequence = source.get("sequence")
+    if isinstance(sequence, str):
+        try:
+            sequence = json.loads(sequence)
+        except ValueError:
+            sequence = None
+    if isinstance(sequence, list) and len(sequence) == 2:
+        committed, current = (_lsn(v) for v in sequence)
+    change = lsn if isinstance(lsn, int) and not isinstance(lsn, bool) else current
+    if change is None:
+        raise _invalid(
+            record, "a postgresql event without 'lsn' or 'sequence' in 'source': no position"
+        )
+    return f"{committed if committed is not None else change:020d}/{change:020d}"
+
+
+def _lsn(value: Any) -> int | None:
+    """One LSN of Debezium's ``sequence`` (decimal text, or null)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
 
 
 BINLOG_FILE = re.compile(r"(.*)\.(\d+)")

@@ -35,6 +35,7 @@ from streaming.core.changefeed import (
     Feed,
     Received,
     kafka_where,
+    plain_json,
     read_debezium,
     read_dms,
     request_for,
@@ -126,7 +127,7 @@ def decoded(feed: Feed, record: Received, decode: Decode) -> dict[str, Any]:
         schema=feed.tables.get(item.table),
         op=item.op,
         order=record.offset if loose else item.order,  # a chunk's events: in record order
-        row=json.dumps(row, default=str),
+        row=json.dumps(row, default=plain_json),
         columns=list(row),
         fields=json.dumps(item.fields) if item.fields else None,
         unavailable=len(item.unavailable),

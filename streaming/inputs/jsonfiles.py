@@ -39,11 +39,16 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
+    DataType,
+    DecimalType,
+    DoubleType,
+    FloatType,
     LongType,
     MapType,
     StringType,
     StructField,
     StructType,
+    VariantType,
 )
 
 from streaming.core.catalog import SchemaDef
@@ -304,7 +309,8 @@ def _build_change_columns(schema: SchemaDef) -> tuple[list[Column], list[Column]
         wrong_shape = nested != F.lit(isinstance(target, ArrayType | MapType | StructType))
         cast = F.when(~wrong_shape, F.try_variant_get(value, "$", target.simpleString()))
         values.append(cast.alias(prop))
-        bad.append((prop, value.isNotNull() & cast.isNull()))
+        lost = rounded(value, VariantType(), cast, target)
+        bad.append((prop, value.isNotNull() & (cast.isNull() | lost)))
     kind = F.col("kind")
     tombstone = schema.tombstone
     if tombstone is not None:
@@ -326,6 +332,43 @@ def _build_change_columns(schema: SchemaDef) -> tuple[list[Column], list[Column]
         F.lit(None).cast(ArrayType(StringType())).alias("__bad_op"),  # DMS data only
     ]
     return parse, columns
+
+
+DECIMAL_TEXT = r"^\s*[+-]?(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?\s*$"
+"""A number's text: integer digits, fraction digits, exponent (Spark's string → decimal)."""
+
+
+def lost_digits(text: Column, scale: int) -> Column:
+    """Whether the number ``text`` spells has a non-zero digit past ``scale`` digits after the
+    point: a cast to ``decimal(p, scale)`` would round it (Spark rounds half up, silently), so
+    the value does not fit the property and is a ``TYPE_MISMATCH``. The digits needed after the
+    point are the fraction's digits less the exponent and the significand's trailing zeros
+    (``1.50`` needs 1, ``15e-1`` 1, ``1.5e3`` none). Text that is not a number: False (the cast
+    decides)."""
+    whole = F.regexp_extract(text, DECIMAL_TEXT, 1)
+    fraction = F.regexp_extract(text, DECIMAL_TEXT, 2)
+    exponent = F.coalesce(F.regexp_extract(text, DECIMAL_TEXT, 3).try_cast("long"), F.lit(0))
+    digits = F.concat(whole, fraction)
+    zeros = F.length(digits) - F.length(F.rtrim(digits, F.lit("0")))
+    return (F.length(fraction) - exponent - zeros) > F.lit(scale)
+
+
+def rounded(value: Column, source: DataType, cast: Column, target: DataType) -> Column:
+    """Whether ``cast`` (``value`` of type ``source`` cast to ``target``) dropped digits: a
+    decimal property takes a value exactly or not at all — text or a variant by its digits
+    (``lost_digits``), a float or a wider decimal by casting back. False for other targets
+    and for casts that cannot round (integers, a decimal of no larger scale)."""
+    if not isinstance(target, DecimalType):
+        return F.lit(False)
+    if isinstance(source, StringType):
+        return lost_digits(value, target.scale)
+    if isinstance(source, VariantType):
+        return lost_digits(F.try_variant_get(value, "$", "string"), target.scale)
+    if isinstance(source, FloatType | DoubleType) or (
+        isinstance(source, DecimalType) and source.scale > target.scale
+    ):
+        return ~F.equal_null(cast.try_cast(source), value)
+    return F.lit(False)
 
 
 def mistyped(bad: Sequence[tuple[str, Column]]) -> Column:

@@ -30,6 +30,7 @@ from pyspark.sql.types import (
     BinaryType,
     BooleanType,
     DataType,
+    DecimalType,
     LongType,
     MapType,
     NumericType,
@@ -62,6 +63,7 @@ from streaming.inputs.jsonfiles import (
     mistyped,
     read_failure,
     read_json_loads,
+    rounded,
 )
 from streaming.inputs.reader import Reader, filtered
 from streaming.platform import hadoop
@@ -605,7 +607,9 @@ def _changes_of(
             values[prop] = F.try_to_binary(src, F.lit("base64"))
         else:
             values[prop] = src.try_cast(types[prop])
-        bad.append((prop, src.isNotNull() & values[prop].isNull()))
+        source_type = raw.schema[sources[prop]].dataType
+        lost = rounded(src, source_type, values[prop], types[prop])
+        bad.append((prop, src.isNotNull() & (values[prop].isNull() | lost)))
     columns = (
         F.array(*[F.lit(p) for p in present]) if load.kind is ChangeKind.PATCH else F.lit(None)
     )
@@ -791,8 +795,10 @@ def check_loads(
         elif row["bad_rows"]:
             mistyped.append(load.ordinal)
     for number, columns in _mistyped_columns(union, mistyped).items():
+        load = by_ordinal[number]
         errors[number] = RejectedError(
-            f"{_where(by_ordinal[number])}: values of {columns} do not match the schema's types",
+            f"{_where(load)}: values of {columns} do not match the schema's types "
+            f"({_types_named(load, columns)})",
             code="TYPE_MISMATCH",
         )
     return errors
@@ -860,6 +866,23 @@ def _op_checked(load: Load) -> bool:
 def _where(load: Load) -> str:
     """A load as error messages name it: its action, target schema and source."""
     return f"actions[{load.action_index}] {load.schema.name} from {_describe(load)}"
+
+
+def _types_named(load: Load, columns: Sequence[str]) -> str:
+    """The schema's types of ``columns`` as a TYPE_MISMATCH names them; a decimal's says that it
+    takes a value only whole (too many digits after the point is no fit: never rounded)."""
+    types = {f.name: f.dataType for f in spark_schema(load.schema).fields}
+    named = []
+    for column in columns:
+        kind = types.get(column)
+        if isinstance(kind, DecimalType):
+            named.append(
+                f"{column}: {kind.simpleString()}, at most {kind.precision - kind.scale} digits "
+                f"before the point and {kind.scale} after, never rounded"
+            )
+        elif kind is not None:
+            named.append(f"{column}: {kind.simpleString()}")
+    return "; ".join(named)
 
 
 def _mistyped_columns(union: DataFrame, ordinals: list[int]) -> dict[int, list[str]]:

@@ -52,6 +52,10 @@ _BASE_CONF = {
     # local disk, ~27 ms without them). Not fs.file.impl: FileSystem.getLocal (S3A's upload
     # buffers) needs the checksummed FileSystem. Delta's own .crc (the version checksum) stays.
     "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
+    # Timestamps in Parquet as INT64 microseconds, not Spark's legacy INT96: readers that take
+    # INT96 as nanoseconds (delta-rs, pandas, DuckDB) overflow outside 1677-2262 and fail the
+    # whole scan of a table holding 0001-01-01 or 9999-12-31. Micros hold every instant.
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 
 _LOCAL_CONF = {

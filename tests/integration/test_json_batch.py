@@ -5,6 +5,8 @@ with the number of transactions in the batch."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,8 @@ petstore.Pet:
     weight: {type: number}
     vaccinated: {type: boolean}
     tags: {type: array, items: {type: string}}
+    price: {type: decimal, precision: 38, scale: 10}
+    born: {type: datetime}
 """
 
 
@@ -56,12 +60,23 @@ def test_values_keep_their_json_types_and_each_load_its_own_columns(
         {"id": "p1", "name": "Rex", "age": 3, "weight": 4.5, "vaccinated": True, "tags": ["x"]},
         "",  # blank lines hold no record
         '[{"id": "p2", "name": "Tom", "age": "7", "weight": 9.5}, {"id": 3, "name": "Numeric id"}]',
+        # 38 digits exact, and instants every reader must read (issue 57): Parquet INT96 read
+        # as nanoseconds (delta-rs, pandas) overflowed outside 1677-2262.
+        {
+            "id": "p4",
+            "price": "99999999999999999999999999.9999999999",
+            "born": "0001-01-01T00:00:00Z",
+        },
+        '{"id": "p5", "price": -0.0000000001, "born": "9999-12-31T23:59:59.999999Z"}',
     )
     ws.data("b/petstore/Pet/part.json", {"id": "p1", "age": 4}, {"id": "p2", "weight": None})
     ws.data("c/petstore/Pet/part.json", {"id": "p9", "name": "Dup"}, {"id": "p9", "name": "Dup"})
     ws.data("d/petstore/Pet/part.json", '{"id": "p8", "name": "A", "name": "B"}')
     ws.data("e/petstore/Pet/part.json", {"id": "p7", "name": {"first": "Obj"}})
     ws.data("f/petstore/Pet/part.json", {"id": "p6", "tags": "not-a-list"})
+    # One digit more than the scale: rounding it would change the value; a JSON number, text.
+    ws.data("g/petstore/Pet/part.json", '{"id": "p10", "price": 1.00000000001}')
+    ws.data("h/petstore/Pet/part.json", {"id": "p11", "price": "2.00000000005"})
     ws.requests(
         request("t-a", upsert("./data/a")),
         # PATCH writes only the columns its file has: age of p1; weight of p2 (to null).
@@ -70,6 +85,8 @@ def test_values_keep_their_json_types_and_each_load_its_own_columns(
         request("t-d", upsert("./data/d")),
         request("t-e", upsert("./data/e")),
         request("t-f", upsert("./data/f")),
+        request("t-g", upsert("./data/g")),
+        request("t-h", upsert("./data/h")),
         # The same files read by a second transaction of the same batch.
         request("t-a2", upsert("./data/a")),
     )
@@ -84,10 +101,21 @@ def test_values_keep_their_json_types_and_each_load_its_own_columns(
         "t-d": (Status.REJECTED, "CORRUPT_RECORD"),  # a repeated key is ambiguous
         "t-e": (Status.REJECTED, "TYPE_MISMATCH"),  # an object is not a string
         "t-f": (Status.REJECTED, "TYPE_MISMATCH"),  # a string is not an array
+        "t-g": (Status.REJECTED, "TYPE_MISMATCH"),  # 11 digits after the point: never rounded
+        "t-h": (Status.REJECTED, "TYPE_MISMATCH"),
         "t-a2": (Status.COMMITTED, None),
     }
+    for tid in ("t-g", "t-h"):
+        error = got[tid].error
+        assert error is not None and "'price'" in error.message, error
+        assert "decimal(38,10), at most 28 digits before the point and 10 after" in error.message
     rows = current(job.layout.object_table("petstore", "petstore.Pet").current)
-    assert set(rows) == {"p1", "p2", "3"}
+    assert set(rows) == {"p1", "p2", "3", "p4", "p5"}
+    p4, p5 = rows["p4"], rows["p5"]
+    assert p4["price"] == Decimal("99999999999999999999999999.9999999999")
+    assert p5["price"] == Decimal("-0.0000000001")
+    assert p4["born"] == datetime(1, 1, 1, tzinfo=UTC)
+    assert p5["born"] == datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
     p1, p2, p3 = rows["p1"], rows["p2"], rows["3"]
     assert (p1["name"], p1["age"], p1["weight"], p1["vaccinated"], p1["tags"]) == (
         "Rex",

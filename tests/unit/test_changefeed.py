@@ -8,11 +8,14 @@ import pickle
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from decimal import Context, Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from streaming.core.batch import RawRequest, SourcePosition, triage
 from streaming.core.catalog import parse_dataset
@@ -27,6 +30,7 @@ from streaming.core.changefeed import (
     assemble,
     binlog_position,
     connect_value,
+    decimal_text,
     decode_changes_request,
     decode_json_value,
     ends_snapshot,
@@ -34,6 +38,7 @@ from streaming.core.changefeed import (
     is_unavailable,
     key_id,
     may_hold_placeholder,
+    plain_json,
     read_debezium,
     snapshot_of,
     source_position,
@@ -1080,3 +1085,124 @@ def test_a_dms_messages_time_is_its_metadata_timestamp() -> None:
     assert staged_row(timed)[TIME_COLUMN] == "2024-01-01T00:00:01.000000Z"
     plain = read_dms(dms_feed(), record, decode_json_value)
     assert isinstance(plain, DataEvent) and TIME_COLUMN not in staged_row(plain)
+
+
+# -- no silent wrong value (issue 57): decimals exact, positions in commit order -----------------
+
+
+def _unscaled_base64(unscaled: int) -> str:
+    size = max(1, (unscaled.bit_length() + 8) // 8)  # two's complement, as Connect writes it
+    return base64.b64encode(unscaled.to_bytes(size, "big", signed=True)).decode("ascii")
+
+
+@given(
+    unscaled=st.integers(min_value=-(10**38) + 1, max_value=10**38 - 1),
+    scale=st.integers(min_value=0, max_value=38),
+)
+def test_decimals_of_up_to_38_digits_read_exact_at_every_scale(unscaled: int, scale: int) -> None:
+    """Connect's Decimal and Debezium's VariableScaleDecimal → plain text of the exact value:
+    no 28-digit context, no exponent (Decimal with a context as wide as the digits checks)."""
+    fixed = connect_value(
+        _unscaled_base64(unscaled),
+        {"name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": str(scale)}},
+    )
+    variable = connect_value(
+        {"scale": scale, "value": _unscaled_base64(unscaled)},
+        {"name": "io.debezium.data.VariableScaleDecimal"},
+    )
+    exact = Decimal(unscaled).scaleb(-scale, Context(prec=80))
+    assert fixed == variable == decimal_text(unscaled, scale)
+    assert "E" not in fixed and "e" not in fixed
+    assert Decimal(fixed) == exact
+    digits = fixed.lstrip("-").replace(".", "").lstrip("0") or "0"
+    assert len(digits) <= max(len(str(abs(unscaled))), 1)  # no digit invented, none dropped
+    if scale:
+        assert len(fixed.split(".")[1]) == scale  # the scale's digits, zeros kept
+
+
+def test_the_issues_38_digit_decimal_is_not_rounded() -> None:
+    """numeric(38,10) 99999999999999999999999999.9999999999 landed as 1E+26 (issue 57)."""
+    value = connect_value(
+        _unscaled_base64(999999999999999999999999999999999999),
+        {"name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "10"}},
+    )
+    assert value == "99999999999999999999999999.9999999999"
+    assert decimal_text(-5, 3) == "-0.005" and decimal_text(12, 0) == "12"
+    assert decimal_text(12, -2) == "1200"
+
+
+def test_avro_decimals_are_staged_as_exact_plain_text() -> None:
+    """fastavro reads an Avro decimal as ``Decimal`` at the schema's precision; the staged row's
+    JSON keeps every digit, without exponent notation."""
+    row = {"big": Decimal("99999999999999999999999999.9999999999"), "e": Decimal("1E+30")}
+    text = json.dumps(row, default=plain_json)
+    assert json.loads(text) == {
+        "big": "99999999999999999999999999.9999999999",
+        "e": "1000000000000000000000000000000",
+    }
+
+
+def _pg_source(**fields: Any) -> dict[str, Any]:
+    return {"connector": "postgresql", "db": "cdc", "schema": "public", "table": "b", **fields}
+
+
+RECORD = Received("pg.public.b", 0, 0, None, None, T0, T0)
+
+
+def test_an_incremental_snapshot_read_sorts_before_a_transaction_that_committed_after_it() -> None:
+    """What Debezium 3.6.1 sent against PostgreSQL 15 (issue 57): a transaction updated id 3
+    (LSN 26408872) and stayed open while an incremental snapshot read the chunk holding id 3
+    (reads without ``lsn``, ``sequence`` of the stream's place, [26409648, 26409648]); it
+    committed after, and its update was emitted after the read. By the change's LSN alone the
+    read was newer and the update stale: the Delta table kept the old row."""
+    read = source_position(
+        _pg_source(snapshot="incremental", sequence='["26409648","26409648"]'), RECORD
+    )
+    late_commit = source_position(
+        _pg_source(snapshot="false", lsn=26408872, sequence='["26412944","26408872"]'), RECORD
+    )
+    next_tx = source_position(
+        _pg_source(snapshot="false", lsn=26412992, sequence='["26412992","26412992"]'), RECORD
+    )
+    later_chunk = source_position(
+        _pg_source(snapshot="incremental", sequence='["26410368","26410368"]'), RECORD
+    )
+    assert read < later_chunk < late_commit < next_tx
+    assert late_commit == "00000000000026412944/00000000000026408872"
+
+
+def test_postgres_positions_order_one_transactions_changes_by_their_lsn() -> None:
+    first, second = (
+        source_position(_pg_source(lsn=lsn, sequence=f'["500","{lsn}"]'), RECORD)
+        for lsn in (420, 480)
+    )
+    assert first < second
+    # The initial snapshot's reads and the first transaction after a start carry no committed
+    # LSN ([null, lsn]): the change's LSN stands for it, as before.
+    snapshot = source_position(_pg_source(lsn=26380464, sequence='[null,"26380464"]'), RECORD)
+    streamed = source_position(_pg_source(lsn=26380504, sequence='[null,"26380504"]'), RECORD)
+    assert snapshot == "00000000000026380464/00000000000026380464" < streamed
+    assert source_position(_pg_source(lsn=9), RECORD) == f"{9:020d}/{9:020d}"
+
+
+def test_a_postgres_event_without_a_position_is_rejected_not_ordered_by_its_time() -> None:
+    """Before, such an event fell back to ``<ts_ms>/<offset>``, text that sorts after every LSN:
+    it won over every later change of its key."""
+    for source in (_pg_source(ts_ms=1_700_000_000_000), _pg_source(sequence="[null,null]")):
+        with pytest.raises(RejectedError) as e:
+            source_position(source, RECORD)
+        assert e.value.code == "INVALID_CHANGE_EVENT" and "no position" in e.value.message
+    with pytest.raises(RejectedError):
+        source_position({"connector": "mariadb", "ts_ms": 1}, RECORD)
+
+
+def test_a_mariadb_incremental_read_sorts_before_a_transaction_that_committed_after_it() -> None:
+    """What Debezium's MariaDB connector (3.5.0) sent against MariaDB 10.11: incremental reads
+    carry the binlog place of the stream where they are emitted (row 0); a transaction open
+    across the read is written to the binlog when it commits, after that place."""
+    source = {"connector": "mariadb", "snapshot": "incremental", "row": 0}
+    reads = [binlog_position({**source, "file": "binlog.000001", "pos": p}) for p in (4090, 7612)]
+    late = binlog_position(
+        {"connector": "mariadb", "file": "binlog.000001", "pos": 9179, "row": 0, "gtid": "0-1-22"}
+    )
+    assert reads[0] < reads[1] < late
