@@ -784,8 +784,9 @@ def _readable(data: bytes | None) -> str | None:
 @dataclass
 class Assembly:
     ready: list[SourceTransaction]
-    """In the order they apply: unreadable records, chunks (a snapshot's reads come before
-    the changes streamed after it), then source transactions in commit order."""
+    """In the order they apply: unreadable records, chunks (an initial snapshot's reads come
+    before the changes streamed after it), source transactions in commit order, then the chunks
+    of an incremental snapshot's reads (``incremental``)."""
     waiting: list[Received]
 
 
@@ -909,7 +910,18 @@ def assemble(
         )
         chunks.append(chunked)
     waiting = sorted((r for rs in records_of.values() for r in rs), key=Received.sort_key)
-    return Assembly([*unreadable, *chunks, *transactions], waiting)
+    early = [c for c in chunks if not incremental(c.events)]
+    late = [c for c in chunks if incremental(c.events)]
+    return Assembly([*unreadable, *early, *transactions, *late], waiting)
+
+
+def incremental(events: Iterable[DataEvent]) -> bool:
+    """Whether a chunk holds reads of an incremental snapshot (``SNAPSHOT_INCREMENTAL``): it
+    applies after the batch's source transactions. Debezium emits such a read into the stream
+    after every change that committed before its chunk was read (so it applies after them: none
+    of them is ``stale``) and before every later one (which then finds the read older: the read
+    is the one that is stale, for its key alone). An initial snapshot's chunks apply first."""
+    return any(e.snapshot == SNAPSHOT_INCREMENTAL for e in events)
 
 
 def _transaction(
@@ -964,6 +976,8 @@ def utc(value: datetime | None) -> datetime:
 
 # -- the end of a feed's initial snapshot ------------------------------------------------------
 
+SNAPSHOT_INCREMENTAL = "incremental"
+"""Debezium's ``source.snapshot`` on the reads of an incremental (or signalled ad-hoc) snapshot."""
 SNAPSHOT_LAST = "last"
 """Debezium's ``source.snapshot`` on the last record of an initial snapshot. Its values (3.6):
 ``first``, ``first_in_data_collection``, ``true``, ``last_in_data_collection`` and ``last`` on

@@ -28,6 +28,7 @@ from streaming.core.changefeed import (
     OP_COLUMN,
     POSITION_COLUMN,
     SCHEME,
+    SNAPSHOT_INCREMENTAL,
     SNAPSHOT_LAST,
     TIME_COLUMN,
     DataEvent,
@@ -75,6 +76,7 @@ DECODED_FIELDS: tuple[tuple[str, str], ...] = (
     ("fields", "string"),
     ("unavailable", "int"),
     ("snapshot_last", "boolean"),
+    ("incremental", "boolean"),
 )
 """A decoded record (``decoded``): the record as read (so that what waits or is quarantined
 keeps its bytes), then what it is. ``item``: the key of what it belongs to — its source
@@ -103,6 +105,7 @@ def decoded(feed: Feed, record: Received, decode: Decode) -> dict[str, Any]:
         "received_at": record.received_at,
         "unavailable": 0,
         "snapshot_last": False,
+        "incremental": False,
     }
     read = read_debezium if feed.format == "debezium" else read_dms
     try:
@@ -132,6 +135,7 @@ def decoded(feed: Feed, record: Received, decode: Decode) -> dict[str, Any]:
         fields=json.dumps(item.fields) if item.fields else None,
         unavailable=len(item.unavailable),
         snapshot_last=loose and item.snapshot == SNAPSHOT_LAST,
+        incremental=loose and item.snapshot == SNAPSHOT_INCREMENTAL,
     )
     return out
 
@@ -180,6 +184,9 @@ class ChunkSummary:
     unknown: str | None
     """The first event's source table that the feed does not map, if any."""
     snapshot_last: bool
+    incremental: bool = False
+    """It holds an incremental snapshot's reads: it applies after the batch's transactions
+    (``core.changefeed.incremental``)."""
 
 
 @dataclass(frozen=True)
@@ -259,6 +266,7 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> Summaries:
                 events[0]["received_at"],
                 unknown,
                 any(e["snapshot_last"] for e in events),
+                any(e["incremental"] for e in events),
             )
         )
     data = [r for r in unique.values() if r["kind"] == "data"]
@@ -298,7 +306,7 @@ class Ready:
 class Decision:
     ready: list[Ready]
     """In the order they apply: unreadable records, chunks, source transactions in commit
-    order (``core.changefeed.Assembly.ready``)."""
+    order, incremental snapshots' chunks (``core.changefeed.Assembly.ready``)."""
     waiting: list[TxSummary]
 
 
@@ -367,7 +375,8 @@ def decide(
                 code="SOURCE_TRANSACTION_INCOMPLETE",
             )
             transactions.append(Ready(feed, t.tx, t.tx, where(t.first), t.first_received_at, why))
-    chunks = []
+    chunks: list[Ready] = []
+    late: list[Ready] = []
     for c in sorted(summaries.chunks, key=lambda c: (c.topic, c.partition)):
         error = (
             RejectedError(
@@ -381,11 +390,11 @@ def decide(
         key = chunk_key(c.topic, c.partition)
         source_id = f"{key}@{c.first}-{c.last}"
         anchor = where((c.topic, c.partition, c.first))
-        chunks.append(
+        (late if c.incremental else chunks).append(
             Ready(feed, key, source_id, anchor, c.received_at, error, c.snapshot_last, c.first)
         )
     waiting = sorted(pending.values(), key=lambda t: t.first)
-    return Decision([*unreadable, *chunks, *transactions], waiting)
+    return Decision([*unreadable, *chunks, *transactions, *late], waiting)
 
 
 def _incomplete(feed: Feed, t: TxSummary, waited: float) -> RejectedError:

@@ -505,6 +505,7 @@ def _summaries(frame: DataFrame, feeds: Sequence[Feed]) -> dict[str, Summaries]:
             F.max("offset").alias("last"),
             F.min(unknown).alias("unknown"),
             F.max("snapshot_last").alias("snapshot_last"),
+            F.max("incremental").alias("incremental"),
             F.max(F.coalesce(F.col("op") == "T", F.lit(False))).alias("truncates"),
             F.first("code", ignorenulls=True).alias("code"),
             F.first("message", ignorenulls=True).alias("message"),
@@ -533,6 +534,7 @@ def _summaries(frame: DataFrame, feeds: Sequence[Feed]) -> dict[str, Summaries]:
                     utc(first["received_at"]),
                     r["unknown"]["source_table"] if r["unknown"] is not None else None,
                     bool(r["snapshot_last"]),
+                    bool(r["incremental"]),
                 )
             )
         else:

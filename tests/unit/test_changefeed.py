@@ -262,6 +262,19 @@ def test_snapshot_reads_without_a_transaction_are_one_chunk_per_partition() -> N
     assert out.ready[0].transaction_id == "debezium:pg:pg.public.customers[0]@0-1"
 
 
+def test_an_incremental_snapshots_reads_apply_after_the_batchs_transactions() -> None:
+    """Debezium emits an incremental read after the changes that committed before its chunk
+    was read: applied after the batch's transactions, none of those is stale. An initial
+    snapshot's reads still come first."""
+    topics = Topics()
+    topics.event(ORD, "r", {"id": 10}, snapshot="last")
+    topics.transaction("tx1", [(CUST, "u", {"id": 1})])
+    topics.event(CUST, "r", {"id": 1}, snapshot="incremental")
+    topics.event(CUST, "r", {"id": 2}, snapshot="incremental")
+    out = assemble(feed(), topics.take(), decode_json_value, T0)
+    assert ready_ids(out) == ["pg.public.orders[0]@0-0", "tx1", "pg.public.customers[0]@1-2"]
+
+
 def test_without_metadata_every_event_is_in_a_chunk() -> None:
     topics = Topics()
     topics.transaction("tx1", [(CUST, "c", {"id": 1})])

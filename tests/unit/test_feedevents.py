@@ -107,7 +107,10 @@ transaction = st.tuples(
     st.booleans(),  # arrived long ago
 )
 snapshot_read = st.tuples(
-    st.just("read"), st.sampled_from(TABLES), st.integers(1, 4), st.sampled_from(["true", "last"])
+    st.just("read"),
+    st.sampled_from(TABLES),
+    st.integers(1, 4),
+    st.sampled_from(["true", "last", "incremental"]),
 )
 other = st.sampled_from([("garbage",), ("tombstone",), ("no source",)])
 steps = st.lists(st.one_of(transaction, snapshot_read, other), min_size=1, max_size=8)
