@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import deltalake
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from streaming.storage.maintain import maintain
 from tests.support import Workspace
 from tests.support.debezium import send
 from tests.support.upgrade import PREFIX, config, halves, topics_to_create
@@ -74,3 +76,43 @@ def test_a_release_goes_on_from_what_an_earlier_one_left(
         path = tmp_path / "warehouse" / "shop" / "shop" / table
         assert deltalake.DeltaTable(str(path)).version() > version  # written on, not anew
     assert _table(ws, "_system", "pending") == []
+
+    # Timestamps (issue 57): the earlier release wrote them as INT96, this one as INT64
+    # microseconds; `cdc maintain --cluster` rewrites every file of a current table as micros.
+    customer = tmp_path / "warehouse" / "shop" / "shop" / "Customer"
+    kinds = _timestamp_kinds(customer)
+    assert "INT96" in kinds.values() and "INT64" in kinds.values(), kinds
+    old = {f for f, kind in kinds.items() if kind == "INT96"}
+    assert old <= _files_of_versions(customer, max(versions["Customer"], 0))
+    maintain(
+        spark,
+        [str(customer)],
+        optimize=True,
+        vacuum_hours=None,
+        current=[str(customer)],
+        cluster=True,
+    )
+    live = deltalake.DeltaTable(str(customer)).file_uris()
+    assert {_timestamp_kinds(customer)[Path(f).name] for f in live} == {"INT64"}
+
+
+def _timestamp_kinds(table: Path) -> dict[str, str]:
+    """Every Parquet file of ``table``'s folder → the physical type of its ``created`` column."""
+    kinds = {}
+    for f in table.glob("*.parquet"):
+        schema = pq.ParquetFile(f).schema
+        kinds[f.name] = schema.column(schema.names.index("created")).physical_type
+    return kinds
+
+
+def _files_of_versions(table: Path, version: int) -> set[str]:
+    """The data files the table's log added up to ``version``."""
+    added: set[str] = set()
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        if int(commit.stem) > version:
+            break
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                added.add(Path(action["add"]["path"]).name)
+    return added
