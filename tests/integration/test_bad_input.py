@@ -13,6 +13,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ petstore.Dog:
     name: {type: string}
     age: {type: integer}
     ownerName: {type: string}
+    fee: {type: decimal, precision: 10, scale: 2}
 petstore.DogChange:
   properties:
     status: {type: string}
@@ -269,6 +271,18 @@ KINDS: list[Kind] = [
     ),
     _bad_data("text-in-integer", "TYPE_MISMATCH", _json_lines({"id": "t1", "age": "old"})),
     _bad_data("object-in-integer", "TYPE_MISMATCH", _json_lines({"id": "t2", "age": {"y": 3}})),
+    # A value a decimal(10,2) takes only rounded (issue 57): never rounded, from a JSON number,
+    # JSON text, or a Parquet decimal of a larger scale (DMS's and Parquet files' columns).
+    _bad_data("decimal-json-number", "TYPE_MISMATCH", _json_lines({"id": "f1", "fee": 1.005})),
+    _bad_data("decimal-json-text", "TYPE_MISMATCH", _json_lines({"id": "f2", "fee": "2.999"})),
+    _bad_data(
+        "decimal-parquet-scale",
+        "TYPE_MISMATCH",
+        _parquet(
+            pa.table({"id": ["f3"], "fee": pa.array([Decimal("3.1415")], pa.decimal128(10, 4))})
+        ),
+        "PARQUET",
+    ),
     _bad_data(
         "parquet-column-type",
         "TYPE_MISMATCH",
@@ -389,11 +403,17 @@ def test_kind_is_rejected_with_its_code_and_quarantined(run: Run, kind: Kind) ->
 
 def test_a_type_mismatch_names_the_columns_whose_values_do_not_fit(run: Run) -> None:
     mismatched = [k for k in KINDS if k.code == "TYPE_MISMATCH"]
-    assert len(mismatched) == 4
+    assert len(mismatched) == 7
     for kind in mismatched:
         error = run.outcomes[KINDS.index(kind) + 2].error
         assert error is not None
-        assert "'age'" in error.message, error.message
+        if kind.name.startswith("decimal-"):
+            assert "'fee'" in error.message, error.message
+            assert "fee: decimal(10,2), at most 8 digits before the point and 2 after" in (
+                error.message
+            )
+        else:
+            assert "'age'" in error.message, error.message
 
 
 def test_good_transactions_around_the_bad_ones_commit(run: Run) -> None:
