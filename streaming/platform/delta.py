@@ -21,12 +21,13 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from streaming.platform.spark import jvm as _jvm
+from streaming.platform.spark import jclass
 
 
 def _delta_log(spark: SparkSession, path: str) -> Any:
     """Delta's ``DeltaLog`` of the table at ``path`` (cached by Delta per path, in the JVM)."""
-    return _jvm(spark).org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    delta_log = jclass(spark, "org.apache.spark.sql.delta.DeltaLog")
+    return delta_log.forTable(spark._jsparkSession, path)
 
 
 def latest_version(spark: SparkSession, path: str) -> int:
@@ -44,7 +45,6 @@ def latest_version(spark: SparkSession, path: str) -> int:
     A stopping query interrupts the stream's thread; Delta's update waits on its snapshot lock
     interruptibly and fails there. The existence checks do not wait, so on an interrupted thread
     this takes Delta's update too: the stop lands here as before (``test_clean_stop``)."""
-    jvm = _jvm(spark)
     log = _delta_log(spark, path)
     snapshot = log.unsafeVolatileSnapshot()
     held = int(snapshot.version())
@@ -53,10 +53,10 @@ def latest_version(spark: SparkSession, path: str) -> int:
         if (
             fs.exists(_commit_file(spark, log, held))
             and not fs.exists(_commit_file(spark, log, held + 1))
-            and not jvm.java.lang.Thread.currentThread().isInterrupted()
+            and not jclass(spark, "java.lang.Thread").currentThread().isInterrupted()
         ):
             return held
-    empty = jvm.scala.Option.empty()
+    empty = jclass(spark, "scala.Option").empty()
     return int(log.update(False, empty, empty).version())
 
 
@@ -98,7 +98,7 @@ def _files_are_commits(log: Any, snapshot: Any, path: str) -> bool:
 def _commit_file(spark: SparkSession, log: Any, version: int) -> Any:
     """The Hadoop path of the table's commit file of ``version``: ``_delta_log/<v>.json``, v in
     20 digits."""
-    return _jvm(spark).org.apache.hadoop.fs.Path(log.logPath(), f"{version:020d}.json")
+    return jclass(spark, "org.apache.hadoop.fs.Path")(log.logPath(), f"{version:020d}.json")
 
 
 def known_version(spark: SparkSession, path: str) -> int:
@@ -178,7 +178,7 @@ def held_file_sizes(spark: SparkSession, path: str) -> FileSizes | None:
     # Each array as one string: read element by element, py4j makes a call per bin (~95 bins,
     # two arrays, every table, every batch: ~0.2 s a batch in the soak's profile).
     boundaries = _longs(bins.sortedBinBoundaries().mkString(","))
-    counts = _longs(_jvm(spark).java.util.Arrays.toString(bins.fileCounts()).strip("[]"))
+    counts = _longs(jclass(spark, "java.util.Arrays").toString(bins.fileCounts()).strip("[]"))
     return FileSizes(version, int(checksum.get().numFiles()), boundaries, counts)
 
 
@@ -186,16 +186,15 @@ def table_state(spark: SparkSession, path: str) -> tuple[StructType, dict[str, s
     """The schema and table properties of the Delta table at ``path`` from its log on the
     driver (``DeltaLog.update``'s snapshot; ``DeltaTable.detail`` would run a Spark job per
     table); None if there is none."""
-    jvm = _jvm(spark)
-    empty = jvm.scala.Option.empty()
+    empty = jclass(spark, "scala.Option").empty()
     snapshot = _delta_log(spark, path).update(False, empty, empty)
     if int(snapshot.version()) < 0:
         return None
     schema = StructType.fromJson(json.loads(str(snapshot.schema().json())))
-    configuration = jvm.scala.jdk.javaapi.CollectionConverters.asJava(
-        snapshot.metadata().configuration()
-    )
-    return schema, {str(k): str(v) for k, v in configuration.items()}
+    # The metadata action as its JSON (one call): iterating a Java map from Python ends each
+    # iteration on a NoSuchElementException, which PySpark converts at ~40 class lookups each.
+    metadata = json.loads(str(snapshot.metadata().json()))["metaData"]
+    return schema, {str(k): str(v) for k, v in (metadata.get("configuration") or {}).items()}
 
 
 def commit_texts(spark: SparkSession, path: str, versions: Iterable[int]) -> list[tuple[int, str]]:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
+from streaming.platform.spark import jclass
 from streaming.platform.spark import jvm as _jvm
 
 
@@ -24,7 +25,7 @@ def _conf(spark: SparkSession) -> Any:
 
 def _open(spark: SparkSession, path: str) -> tuple[Any, Any]:
     """(the Hadoop ``Path``, its ``FileSystem``)."""
-    hpath = _jvm(spark).org.apache.hadoop.fs.Path(path)
+    hpath = jclass(spark, "org.apache.hadoop.fs.Path")(path)
     return hpath, hpath.getFileSystem(_conf(spark))
 
 
@@ -77,7 +78,6 @@ def subfolder_texts(
     """For each folder directly in ``path``, the texts of the files ``choose`` picks from the
     names in it (name → UTF-8 text, read in one call each: Commons IO's ``IOUtils.toString``);
     empty if ``path`` is not there (``exists``, ``listStatus``)."""
-    jvm = _jvm(spark)
     root, fs = _open(spark, path)
     if not fs.exists(root):
         return []
@@ -88,9 +88,10 @@ def subfolder_texts(
         names = [str(status.getPath().getName()) for status in fs.listStatus(folder.getPath())]
         texts = {}
         for name in choose(names):
-            stream = fs.open(jvm.org.apache.hadoop.fs.Path(folder.getPath(), name))
+            stream = fs.open(jclass(spark, "org.apache.hadoop.fs.Path")(folder.getPath(), name))
             try:
-                texts[name] = str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+                io_utils = jclass(spark, "org.apache.commons.io.IOUtils")
+                texts[name] = str(io_utils.toString(stream, "UTF-8"))
             finally:
                 stream.close()
         found.append(texts)
@@ -142,6 +143,7 @@ class HadoopFolder:
 
     def __init__(self, spark: SparkSession, folder: str) -> None:
         self.jvm = _jvm(spark)
+        self.path_class = jclass(spark, "org.apache.hadoop.fs.Path")
         self.folder, self.fs = _open(spark, folder)
 
     def has_capability(self, capability: str) -> bool:
@@ -154,7 +156,7 @@ class HadoopFolder:
         return str(self.fs.getScheme())
 
     def _path(self, name: str) -> Any:
-        return self.jvm.org.apache.hadoop.fs.Path(self.folder, name)
+        return self.path_class(self.folder, name)
 
     def names(self) -> list[str] | None:
         """The names in the folder; None if it is not there (``FileNotFoundException``)."""
