@@ -128,9 +128,20 @@ demo: setup
 
 # The fast tests first (no Spark: a broken core fails in seconds), then the integration tests, a
 # line each with its time (tests/conftest.py) and the 25 slowest listed at the end of the output.
+# The S3 tests (marker s3: a local S3 server and `cdc` processes of their own, no shared Spark
+# session; much of their time is waiting on the store: s3a's timeouts are 15 s at least) run
+# beside the others, in a pytest of their own; their output follows the others' (build/test-s3.log).
 test: setup jars-s3 jars-connect postgres mariadb
 	$(PY) -m pytest tests/unit tests/bench
-	$(PY) -m pytest tests/integration -v --durations=25 --junit-xml=build/junit-integration.xml
+	@mkdir -p build
+	@$(PY) -m pytest tests/integration -m s3 -v --junit-xml=build/junit-s3.xml \
+		> build/test-s3.log 2>&1 & s3=$$!; \
+	$(PY) -m pytest tests/integration -m "not s3" -v --durations=25 \
+		--junit-xml=build/junit-integration.xml; rest=$$?; \
+	wait $$s3; s3rc=$$?; \
+	echo "== the S3 tests (run beside the others): build/test-s3.log =="; cat build/test-s3.log; \
+	echo "== integration: exit $$rest; S3: exit $$s3rc =="; \
+	test $$rest = 0 && test $$s3rc = 0
 
 # The warehouse, checkpoints and landing folders on s3a against a local S3 server
 # (tests/integration/test_s3_warehouse.py). A pytest run without jars/s3 deselects it.
