@@ -40,8 +40,9 @@ def jclass(spark: SparkSession, name: str) -> Any:
     """The Java class ``name`` (fully qualified) as py4j's ``JavaClass``, for its static members
     and constructor, made once per gateway. ``jvm(spark).a.b.C`` asks the JVM name by name
     whether each prefix is a class (a failed lookup across every jar on the classpath, and a
-    name at the root is tried under each package PySpark imports too): ~40 % of the class
-    lookups of a warm batch were ours (``DeltaLog``, Hadoop's ``Path``, ``Option``)."""
+    name at the root is tried under each package PySpark imports too): a warm one-transaction
+    batch made 1,525 such lookups, 654 once ``DeltaLog``, Hadoop's ``Path`` and ``Option`` were
+    taken this way (and the table properties read without iterating a Java map)."""
     client = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
     known = _CLASSES.get(name)
     if known is None or known[0] is not client:
