@@ -2,11 +2,11 @@
 holds (its checksum, file list and file-size histogram), its schema and properties, its commit
 files. No Spark job where Delta can answer without one.
 
-Internals used: ``org.apache.spark.sql.delta.DeltaLog.forTable`` over PySpark's
-``SparkSession._jsparkSession`` (the class through ``platform.spark.jclass``): its ``unsafeVolatileSnapshot``,
-``update``, ``store``, ``logPath`` and ``newDeltaHadoopConf``; the ``Snapshot``'s ``checksumOpt``,
-``allFiles``, ``schema``, ``metadata`` and ``tableCommitCoordinatorClientOpt``. delta-spark's
-public Python API (``delta.tables.DeltaTable``) answers these with a Spark job each
+Internals used: ``org.apache.spark.sql.delta.DeltaLog.forTable`` (the class through
+``platform.spark.jclass``) over PySpark's ``SparkSession._jsparkSession``: its
+``unsafeVolatileSnapshot``, ``update``, ``store``, ``logPath`` and ``newDeltaHadoopConf``; the
+``Snapshot``'s ``checksumOpt``, ``allFiles``, ``schema``, ``metadata`` (its JSON) and
+``tableCommitCoordinatorClientOpt``. delta-spark's public Python API (``delta.tables.DeltaTable``) answers these with a Spark job each
 (``history``, ``detail``), which is what this avoids.
 """
 
