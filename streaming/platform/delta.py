@@ -6,8 +6,9 @@ Internals used: ``org.apache.spark.sql.delta.DeltaLog.forTable`` (the class thro
 ``platform.spark.jclass``) over PySpark's ``SparkSession._jsparkSession``: its
 ``unsafeVolatileSnapshot``, ``update``, ``store``, ``logPath`` and ``newDeltaHadoopConf``; the
 ``Snapshot``'s ``checksumOpt``, ``allFiles``, ``schema``, ``metadata`` (its JSON) and
-``tableCommitCoordinatorClientOpt``. delta-spark's public Python API (``delta.tables.DeltaTable``) answers these with a Spark job each
-(``history``, ``detail``), which is what this avoids.
+``tableCommitCoordinatorClientOpt``. delta-spark's public Python API
+(``delta.tables.DeltaTable``) answers these with a Spark job each (``history``, ``detail``),
+which is what this avoids.
 """
 
 from __future__ import annotations
