@@ -342,7 +342,22 @@ def _row(
             k: base64.b64encode(v).decode("ascii") if isinstance(v, bytes | bytearray) else v
             for k, v in values.items()
         }
-    return {k: connect_value(v, schemas.get(k)) for k, v in values.items()}
+    try:
+        return {k: connect_value(v, schemas.get(k)) for k, v in values.items()}
+    except (ValueError, OverflowError, TypeError, KeyError):
+        pass  # found and named below; the common path stays one comprehension
+    for column, value in values.items():
+        schema = schemas.get(column)
+        try:
+            connect_value(value, schema)
+        except (ValueError, OverflowError, TypeError, KeyError) as e:
+            # e.g. PostgreSQL's date 'infinity', which Debezium sends as a Date of -2147472692
+            # days: no date Spark or Python holds. Rejected, named, kept in quarantine.
+            kind = (schema or {}).get("name") or (schema or {}).get("type")
+            raise _invalid(
+                record, f"'{part}' column '{column}' ({kind}): value {value!r} cannot be read: {e}"
+            ) from e
+    raise AssertionError("unreachable: a column's conversion failed, then none did")
 
 
 @functools.lru_cache(maxsize=64)

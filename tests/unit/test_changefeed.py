@@ -1219,3 +1219,43 @@ def test_a_mariadb_incremental_read_sorts_before_a_transaction_that_committed_af
         {"connector": "mariadb", "file": "binlog.000001", "pos": 9179, "row": 0, "gtid": "0-1-22"}
     )
     assert reads[0] < reads[1] < late
+
+
+def test_a_value_that_cannot_be_converted_is_rejected_not_a_crash() -> None:
+    """What Debezium 3.6.1 sends for PostgreSQL's ``date 'infinity'``: an ``io.debezium.time.Date``
+    of -2147472692 days, outside Python's dates. The conversion raised OverflowError out of the
+    decoder (a failed task, the batch failing again on every retry); the record is now
+    INVALID_CHANGE_EVENT, naming the column, its type and the value, and kept in quarantine."""
+    schema = {
+        "type": "struct",
+        "fields": [
+            {
+                "field": "after",
+                "type": "struct",
+                "fields": [
+                    {"field": "id", "type": "int32"},
+                    {"field": "d", "type": "int32", "name": "io.debezium.time.Date"},
+                ],
+            }
+        ],
+    }
+    payload = {
+        "before": None,
+        "after": {"id": 1, "d": -2147472692},
+        "source": {"connector": "postgresql", "lsn": 10, "sequence": '[null,"10"]'},
+        "op": "c",
+    }
+    record = Received(
+        "pg.public.customers",
+        0,
+        7,
+        b'{"id": 1}',
+        json.dumps(wrap(payload, schema)).encode(),
+        T0,
+        T0,
+    )
+    with pytest.raises(RejectedError) as e:
+        read_debezium(feed(), record, decode_json_value)
+    assert e.value.code == "INVALID_CHANGE_EVENT"
+    assert "column 'd'" in e.value.message and "io.debezium.time.Date" in e.value.message
+    assert "-2147472692" in e.value.message and "pg.public.customers[0]@7" in e.value.message
