@@ -147,19 +147,8 @@ def test_toast_placeholders_truncates_and_a_resent_part_as_postgres_and_debezium
     )
     connect.start()
     ws.dataset("docs", DOCS)
-    kafka_broker.create_topics([f"{prefix}.requests", f"{prefix}.outcomes"])
-    cfg = ws.config(
-        landing={},
-        trigger={"interval": "1 second"},
-        kafka={
-            "bootstrap": kafka_broker.bootstrap,
-            "transactions_topic": f"{prefix}.requests",
-            "outcomes_topic": f"{prefix}.outcomes",
-            "change_feeds": [
-                {"name": "docs", "dataset": "docs", "topic_prefix": prefix, "tables": TABLES}
-            ],
-        },
-    )
+    feed = {"name": "docs", "dataset": "docs", "topic_prefix": prefix, "tables": TABLES}
+    cfg = ws.feed_config(kafka_broker, prefix, feed, trigger={"interval": "1 second"})
     warehouse = ws.root / "warehouse"
     job: Job | None = None
     query = None

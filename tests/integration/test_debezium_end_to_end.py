@@ -140,19 +140,8 @@ def test_postgres_to_delta_equal_after_every_batch_and_at_the_end(
     )
     connect.start()
     ws.dataset("shop", SHOP)
-    kafka_broker.create_topics([f"{prefix}.requests", f"{prefix}.outcomes"])
-    cfg = ws.config(
-        landing={},
-        trigger={"interval": "1 second"},
-        kafka={
-            "bootstrap": kafka_broker.bootstrap,
-            "transactions_topic": f"{prefix}.requests",
-            "outcomes_topic": f"{prefix}.outcomes",
-            "change_feeds": [
-                {"name": "shop", "dataset": "shop", "topic_prefix": prefix, "tables": TABLES}
-            ],
-        },
-    )
+    feed = {"name": "shop", "dataset": "shop", "topic_prefix": prefix, "tables": TABLES}
+    cfg = ws.feed_config(kafka_broker, prefix, feed, trigger={"interval": "1 second"})
     job: Job | None = None
     query = None
     caplog.set_level(logging.INFO, logger="streaming.runtime.sink")

@@ -332,19 +332,8 @@ def test_incremental_snapshots_under_concurrent_writes_equal_the_database(
     connect = db.connector(tmp_path_factory.mktemp("connect"), kafka_broker.bootstrap, prefix)
     tables = {"shop.Account": db.table("accounts"), "shop.Entry": db.table("ledger")}
     ws.dataset("shop", DATASET)
-    kafka_broker.create_topics([f"{prefix}.requests", f"{prefix}.outcomes"])
-    cfg = ws.config(
-        landing={},
-        trigger={"interval": "1 second"},
-        kafka={
-            "bootstrap": kafka_broker.bootstrap,
-            "transactions_topic": f"{prefix}.requests",
-            "outcomes_topic": f"{prefix}.outcomes",
-            "change_feeds": [
-                {"name": "shop", "dataset": "shop", "topic_prefix": prefix, "tables": tables}
-            ],
-        },
-    )
+    feed = {"name": "shop", "dataset": "shop", "topic_prefix": prefix, "tables": tables}
+    cfg = ws.feed_config(kafka_broker, prefix, feed, trigger={"interval": "1 second"})
     warehouse = ws.root / "warehouse"
     job: Job | None = None
     query = None

@@ -99,21 +99,11 @@ def setup(
     )
     connect.start()
     ws.dataset("docs", dataset)
-    broker.create_topics([f"{prefix}.requests", f"{prefix}.outcomes"])
     feed: dict[str, Any] = {"name": "docs", "dataset": "docs", "topic_prefix": prefix}
     feed["tables"] = TABLES
     if policy is not None:
         feed["schema_changes"] = policy
-    cfg = ws.config(
-        landing={},
-        trigger={"interval": "1 second"},
-        kafka={
-            "bootstrap": broker.bootstrap,
-            "transactions_topic": f"{prefix}.requests",
-            "outcomes_topic": f"{prefix}.outcomes",
-            "change_feeds": [feed],
-        },
-    )
+    cfg = ws.feed_config(broker, prefix, feed, trigger={"interval": "1 second"})
     wait_for_slot(pg, connect.slot_name)
     read_topic(broker.bootstrap, connect.topic("public.docs"), expect=2)  # the snapshot
     return connect, cfg

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,25 @@ class Workspace:
             **overrides,
         }
         return parse_config(data, base=self.root, environ={})
+
+    def feed_config(
+        self, broker: Any, prefix: str, feed: Mapping[str, Any], **overrides: Any
+    ) -> AppConfig:
+        """A config whose input is Kafka alone (no landing folder): the requests and outcomes
+        topics ``<prefix>.requests`` and ``<prefix>.outcomes``, created here on ``broker`` (a
+        change feed's own topics come with their first record), and the change feed ``feed``
+        (``kafka.change_feeds``' entry); ``overrides``: more top-level settings."""
+        broker.create_topics([f"{prefix}.requests", f"{prefix}.outcomes"])
+        return self.config(
+            landing={},
+            kafka={
+                "bootstrap": broker.bootstrap,
+                "transactions_topic": f"{prefix}.requests",
+                "outcomes_topic": f"{prefix}.outcomes",
+                "change_feeds": [dict(feed)],
+            },
+            **overrides,
+        )
 
     def run_once(self, spark: SparkSession, cfg: AppConfig | None = None) -> Job:
         job = Job.create(spark, cfg or self.config())
