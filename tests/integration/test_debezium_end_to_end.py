@@ -27,7 +27,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from streaming.runtime.job import Job
-from tests.support import Workspace
+from tests.support import Workspace, stored_outcomes
 from tests.support.cdc import wait_until
 from tests.support.datasets import SHOP
 from tests.support.kafka import read_topic
@@ -88,14 +88,6 @@ def versions_per_batch(warehouse: Path) -> dict[int, dict[str, int]]:
             running[schema] = max(running.get(schema, 0), version)
         out[batch] = dict(running)
     return out
-
-
-def outcomes(warehouse: Path) -> list[dict[str, Any]]:
-    path = warehouse / "_system" / "outcomes"
-    if not path.exists():
-        return []
-    table = deltalake.DeltaTable(str(path))
-    return [json.loads(r["outcome"]) for r in table.to_pyarrow_table().to_pylist()]
 
 
 def consistent(warehouse: Path) -> State | None:
@@ -193,7 +185,8 @@ def test_postgres_to_delta_equal_after_every_batch_and_at_the_end(
         wait_until(  # and every outcome recorded: the last batch is at its end
             "the tables read consistently equal to Postgres's",
             lambda: (
-                consistent(warehouse) == final and len(outcomes(warehouse)) == 2 + len(workload)
+                consistent(warehouse) == final
+                and len(stored_outcomes(warehouse)) == 2 + len(workload)
             ),
             timeout=240,
         )
@@ -211,7 +204,7 @@ def test_postgres_to_delta_equal_after_every_batch_and_at_the_end(
         seen = delta_state(warehouse, versions)
         matches = [i for i, state in enumerate(states) if state == seen]
         assert matches, f"batch {batch}: the tables at {versions} are no commit of Postgres"
-    recorded = outcomes(warehouse)
+    recorded = stored_outcomes(warehouse)
     streamed = [o for o in recorded if "@" not in o["transactionId"]]  # not snapshot chunks
     assert len(streamed) == len(workload)
     assert {o["status"] for o in recorded} == {"COMMITTED"}

@@ -32,7 +32,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from streaming.runtime.job import Job
-from tests.support import Workspace
+from tests.support import Workspace, stored_outcomes
 from tests.support.cdc import wait_until
 from tests.support.kafka_broker import LocalKafkaBroker
 from tests.support.kafka_connect import (
@@ -76,14 +76,6 @@ def delta_state(warehouse: Path) -> State:
         )
         state[schema] = {r["id"]: tuple(r[c] for c in COLUMNS[schema]) for r in rows}
     return state
-
-
-def outcomes(warehouse: Path) -> list[dict[str, Any]]:
-    path = warehouse / "_system" / "outcomes"
-    if not path.exists():
-        return []
-    table = deltalake.DeltaTable(str(path))
-    return [json.loads(r["outcome"]) for r in table.to_pyarrow_table().to_pylist()]
 
 
 class Database:
@@ -366,7 +358,7 @@ def test_incremental_snapshots_under_concurrent_writes_equal_the_database(
             connect.stop()
 
     assert delta_state(warehouse) == db.state()
-    recorded = outcomes(warehouse)
+    recorded = stored_outcomes(warehouse)
     assert recorded
     assert {o["status"] for o in recorded} <= {"COMMITTED", "DUPLICATE"}, [
         o for o in recorded if o["status"] not in ("COMMITTED", "DUPLICATE")

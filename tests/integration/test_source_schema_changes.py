@@ -13,7 +13,6 @@ Debezium's Postgres connector in Kafka Connect → the test broker → the job �
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ from pyspark.sql import SparkSession
 from streaming.core.config import AppConfig
 from streaming.core.errors import CdcError
 from streaming.runtime.job import Job
-from tests.support import Workspace
+from tests.support import Workspace, stored_outcomes
 from tests.support.cdc import wait_until
 from tests.support.kafka import read_topic
 from tests.support.kafka_broker import LocalKafkaBroker
@@ -59,14 +58,6 @@ def doc_path(warehouse: Path) -> Path:
 def delta_rows(warehouse: Path) -> dict[str, dict[str, Any]]:
     table = deltalake.DeltaTable(str(doc_path(warehouse)))
     return {r["id"]: r for r in table.to_pyarrow_table().to_pylist()}
-
-
-def outcomes(warehouse: Path) -> list[dict[str, Any]]:
-    path = warehouse / "_system" / "outcomes"
-    if not path.exists():
-        return []
-    table = deltalake.DeltaTable(str(path))
-    return [json.loads(r["outcome"]) for r in table.to_pyarrow_table().to_pylist()]
 
 
 def pg_tags(pg: PostgresCluster) -> dict[str, tuple[Any, Any]]:
@@ -124,7 +115,9 @@ def test_a_column_added_in_postgres_arrives_with_its_values_and_a_restart_agrees
     try:
         job = Job.create(spark, cfg)
         query = job.start(once=False)
-        wait_until("the snapshot applied", lambda: len(outcomes(warehouse)) >= 1, timeout=240)
+        wait_until(
+            "the snapshot applied", lambda: len(stored_outcomes(warehouse)) >= 1, timeout=240
+        )
         assert "tag" not in next(iter(delta_rows(warehouse).values()))
         pg.execute("ALTER TABLE docs ADD COLUMN tag text, ADD COLUMN rank int")
         with pg.transaction() as cur:
@@ -140,7 +133,7 @@ def test_a_column_added_in_postgres_arrives_with_its_values_and_a_restart_agrees
             lambda: (
                 "tag" in next(iter(delta_rows(warehouse).values()))
                 and delta_tags(warehouse) == expected
-                and len(outcomes(warehouse)) == 3  # the snapshot's and two transactions'
+                and len(stored_outcomes(warehouse)) == 3  # the snapshot's and two transactions'
             ),
             timeout=240,
         )
@@ -154,7 +147,7 @@ def test_a_column_added_in_postgres_arrives_with_its_values_and_a_restart_agrees
         "3": ("three", "red"),
         "4": ("four", None),
     }
-    recorded = outcomes(warehouse)
+    recorded = stored_outcomes(warehouse)
     assert {o["status"] for o in recorded} == {"COMMITTED"}
     assert len([o for o in recorded if "@" not in o["transactionId"]]) == 2
     ranks = {k: r["rank"] for k, r in delta_rows(warehouse).items()}
@@ -184,7 +177,7 @@ def test_a_column_added_in_postgres_arrives_with_its_values_and_a_restart_agrees
         query = job.start(once=False)
         wait_until(
             "the later changes",
-            lambda: delta_tags(warehouse) == expected and len(outcomes(warehouse)) == 4,
+            lambda: delta_tags(warehouse) == expected and len(stored_outcomes(warehouse)) == 4,
             timeout=240,
         )
     finally:
@@ -193,7 +186,7 @@ def test_a_column_added_in_postgres_arrives_with_its_values_and_a_restart_agrees
             job.close()
         finally:
             connect.stop()  # even when stopping the job fails: no Connect JVM left behind
-    assert {o["status"] for o in outcomes(warehouse)} == {"COMMITTED"}
+    assert {o["status"] for o in stored_outcomes(warehouse)} == {"COMMITTED"}
     assert len(evolved.to_pyarrow_table().to_pylist()) == 2  # nothing added twice
     assert delta_rows(warehouse)["5"]["rank"] == 9
 

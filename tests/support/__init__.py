@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import deltalake
 from pyspark.sql import SparkSession
 
 from streaming.core.config import AppConfig, parse_config
@@ -20,6 +21,16 @@ def request(tid: str, *actions: dict[str, Any], dataset: str = "petstore") -> st
 
 def upsert(location: str, **extra: Any) -> dict[str, Any]:
     return {"operation": "UPSERT", "locationUri": location, "format": "JSON", **extra}
+
+
+def stored_outcomes(warehouse: Path) -> list[dict[str, Any]]:
+    """Every outcome in ``<warehouse>/_system/outcomes`` as its JSON, read by delta-rs; none
+    before the table exists."""
+    path = warehouse / "_system" / "outcomes"
+    if not path.exists():
+        return []
+    table = deltalake.DeltaTable(str(path))
+    return [json.loads(r["outcome"]) for r in table.to_pyarrow_table().to_pylist()]
 
 
 class Workspace:
