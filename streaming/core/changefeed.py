@@ -39,6 +39,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from streaming.core.catalog import Dataset
+from streaming.core.columns import loose
 from streaming.core.config import ChangeFeedConfig, duration_seconds
 from streaming.core.errors import ConfigError, RejectedError
 from streaming.core.fold import FLAGS, MISSING
@@ -79,6 +80,10 @@ class Feed:
     time_property: str | None = None
     """The datetime property every event fills with its source commit time (Debezium's
     ``source.ts_ms``, DMS's ``metadata.timestamp``); None: none."""
+    integer_columns: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """source table → its schema's ``integer`` properties, as columns match them (lower case,
+    no underscores). A time of day feeding one keeps the count Debezium sends, as every time
+    did before times landed as text (a property declared, or evolved, then); ``_row``."""
 
     @property
     def all_topics(self) -> list[str]:
@@ -201,6 +206,12 @@ def feed_of(cfg: ChangeFeedConfig, index: int, datasets: Mapping[str, Dataset]) 
                     f"SCD2 validity in source time, `scd2: {{valid_from: {cfg.time_property}}}`)"
                 )
     sources = {source: schema for schema, source in tables.items()}
+    integer_columns = {
+        source: frozenset(
+            loose(p) for p, d in dataset.schemas[name].properties.items() if d.type == "integer"
+        )
+        for source, name in sources.items()
+    }
     if cfg.format == "debezium":
         topics = {f"{cfg.topic_prefix}.{source}": source for source in sources}
     else:
@@ -219,6 +230,7 @@ def feed_of(cfg: ChangeFeedConfig, index: int, datasets: Mapping[str, Dataset]) 
         cfg.unavailable_value_placeholder,
         cfg.schema_changes,
         cfg.time_property,
+        {source: names for source, names in integer_columns.items() if names},
     )
 
 
@@ -279,35 +291,110 @@ EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
 
 def connect_value(value: Any, schema: Mapping[str, Any] | None) -> Any:
     """A column's value as Debezium's JSON carries it → a JSON value Spark casts to the schema's
-    type: temporal types (epoch days, milli-, micro-, nanoseconds) as ISO text, decimals (the
-    base64 bytes of the unscaled value, or Debezium's variable-scale struct) as decimal text.
-    Bytes (Avro's) as base64 text, as the JSON converter sends them (a ``binary`` property reads
-    it back: ``inputs.loads``). Without a schema (``schemas.enable=false``) values are taken as
-    they are."""
+    type: dates and timestamps (epoch days, milli-, micro-, nanoseconds) as ISO text, times of
+    day (milli-, micro-, nanoseconds since midnight) as ``HH:MM:SS[.f]`` text (``time_text``),
+    decimals (the base64 bytes of the unscaled value, or Debezium's variable-scale struct) as
+    decimal text. Bytes (Avro's) as base64 text, as the JSON converter sends them (a ``binary``
+    property reads it back: ``inputs.loads``). Without a schema (``schemas.enable=false``)
+    values are taken as they are.
+
+    A value no Delta column holds, or one Debezium is known to have sent wrong, raises
+    ``ValueError`` (``_row`` rejects the event naming the column): PostgreSQL's ``infinity``
+    dates and timestamps (a Date of -2147472692 days, a timestamp of ±9223372036825200000,
+    a ``ZonedTimestamp`` of ``infinity``), an interval at MicroDuration's 64-bit limit (Debezium
+    saturates a longer one there), a negative ``BIGINT UNSIGNED`` (Debezium's default
+    ``bigint.unsigned.handling.mode=long`` wraps a value above 2^63 - 1; seen when the
+    connector propagates the source's column types). A MariaDB/MySQL ``YEAR`` of 0000, which
+    the connector sends as 1900 (no year YEAR holds otherwise: 1901-2155), is 0."""
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(value).decode("ascii")
     if value is None or not schema:
         return value
     name = schema.get("name") or ""
-    if name in ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"):
-        return (date(1970, 1, 1) + timedelta(days=int(value))).isoformat()
-    scale = {
-        "io.debezium.time.Timestamp": 1_000,
-        "org.apache.kafka.connect.data.Timestamp": 1_000,
-        "io.debezium.time.MicroTimestamp": 1_000_000,
-        "io.debezium.time.NanoTimestamp": 1_000_000_000,
-    }.get(name)
+    if name in _DATES:
+        try:
+            return (date(1970, 1, 1) + timedelta(days=int(value))).isoformat()
+        except OverflowError as e:
+            raise ValueError(f"{_OUT_OF_RANGE} ({e})") from e
+    scale = _TIMESTAMP_UNITS.get(name)
     if scale is not None:
         seconds, rest = divmod(int(value), scale)
         micros = rest * 1_000_000 // scale
-        return (EPOCH + timedelta(seconds=seconds, microseconds=micros)).isoformat()
+        try:
+            return (EPOCH + timedelta(seconds=seconds, microseconds=micros)).isoformat()
+        except OverflowError as e:
+            raise ValueError(f"{_OUT_OF_RANGE} ({e})") from e
+    digits = TIME_DIGITS.get(name)
+    if digits is not None:
+        return time_text(int(value), digits)
     if name == "org.apache.kafka.connect.data.Decimal" and isinstance(value, str):
-        digits = int((schema.get("parameters") or {}).get("scale", 0))
-        return decimal_text(int.from_bytes(base64.b64decode(value), "big", signed=True), digits)
+        places = int((schema.get("parameters") or {}).get("scale", 0))
+        return decimal_text(int.from_bytes(base64.b64decode(value), "big", signed=True), places)
     if name == "io.debezium.data.VariableScaleDecimal" and isinstance(value, dict):
         unscaled = int.from_bytes(base64.b64decode(value["value"]), "big", signed=True)
         return decimal_text(unscaled, int(value["scale"]))
+    if name == "io.debezium.time.ZonedTimestamp" and str(value).lstrip("+-") == "infinity":
+        raise ValueError(_OUT_OF_RANGE)
+    if name == "io.debezium.time.MicroDuration" and value in _INT64_LIMITS:
+        raise ValueError(
+            "an interval at the 64-bit limit of Debezium's MicroDuration, which it sends for "
+            "any longer interval: set the connector's interval.handling.mode=string (ISO 8601 "
+            "text, into a string property)"
+        )
+    if name == "io.debezium.time.Year" and value == 1900:
+        return 0
+    if isinstance(value, int) and value < 0 and _unsigned(schema):
+        raise ValueError(
+            "a negative value of an UNSIGNED column: Debezium's "
+            "bigint.unsigned.handling.mode=long wraps a value above 9223372036854775807 so; "
+            "set it to precise (a decimal(20,0))"
+        )
     return value
+
+
+_DATES = frozenset(("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"))
+_TIMESTAMP_UNITS = {
+    "io.debezium.time.Timestamp": 1_000,
+    "org.apache.kafka.connect.data.Timestamp": 1_000,
+    "io.debezium.time.MicroTimestamp": 1_000_000,
+    "io.debezium.time.NanoTimestamp": 1_000_000_000,
+}
+TIME_DIGITS = {
+    "io.debezium.time.Time": 3,
+    "org.apache.kafka.connect.data.Time": 3,
+    "io.debezium.time.MicroTime": 6,
+    "io.debezium.time.NanoTime": 9,
+}
+"""Connect's and Debezium's times of day (a count since midnight) → the digits of their unit."""
+_INT64_LIMITS = (-(2**63), 2**63 - 1)
+_OUT_OF_RANGE = (
+    "outside 0001-01-01..9999-12-31, which no Delta date or timestamp holds (PostgreSQL's "
+    "'infinity' and '-infinity' come so)"
+)
+
+
+def _unsigned(schema: Mapping[str, Any]) -> bool:
+    """Whether the connector says (``column.propagate.source.type``) that the column is an
+    UNSIGNED integer."""
+    parameters = schema.get("parameters")
+    if not isinstance(parameters, dict):
+        return False
+    return "UNSIGNED" in str(parameters.get("__debezium.source.column.type", "")).upper()
+
+
+def time_text(value: int, digits: int) -> str:
+    """A time of day counted in units of ``10**-digits`` s since midnight as ``HH:MM:SS`` text,
+    the fraction's trailing zeros left out (``10:11:12.5``), as PostgreSQL writes it. Hours go
+    past 23 and below zero: PostgreSQL's ``24:00:00``, MariaDB's ``TIME`` (a duration,
+    ``-838:59:59`` to ``838:59:59``)."""
+    sign = "-" if value < 0 else ""
+    seconds, fraction = divmod(abs(value), 10**digits)
+    minutes, second = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    text = f"{sign}{hours:02d}:{minute:02d}:{second:02d}"
+    if fraction:
+        text += "." + str(fraction).rjust(digits, "0").rstrip("0")
+    return text
 
 
 def decimal_text(unscaled: int, scale: int) -> str:
@@ -331,8 +418,14 @@ def plain_json(value: Any) -> Any:
 
 
 def _row(
-    values: Any, schemas: Mapping[str, Any], record: Received, part: str
+    values: Any,
+    schemas: Mapping[str, Any],
+    record: Received,
+    part: str,
+    integers: frozenset[str] = frozenset(),
 ) -> dict[str, Any] | None:
+    """``values`` (the event's ``before``/``after``) through ``connect_value``; ``integers``:
+    the table's integer properties (``Feed.integer_columns``), where times stay counts."""
     if values is None:
         return None
     if not isinstance(values, dict):
@@ -343,9 +436,14 @@ def _row(
             for k, v in values.items()
         }
     try:
-        return {k: connect_value(v, schemas.get(k)) for k, v in values.items()}
+        row = {k: connect_value(v, schemas.get(k)) for k, v in values.items()}
     except (ValueError, OverflowError, TypeError, KeyError):
         pass  # found and named below; the common path stays one comprehension
+    else:
+        for column in [c for c in row if integers and loose(c) in integers]:
+            if (schemas.get(column) or {}).get("name") in TIME_DIGITS:
+                row[column] = values[column]
+        return row
     for column, value in values.items():
         schema = schemas.get(column)
         try:
@@ -562,12 +660,14 @@ def read_debezium(feed: Feed, record: Received, decode: Decode) -> Item | None:
     mapped = DEBEZIUM_OPS[op]
     part = "before" if mapped == "D" else "after"
     schemas = _field_schemas(schema, part)
-    row = _row(value.get(part), schemas, record, part)
+    integers = feed.integer_columns.get(table, frozenset())
+    row = _row(value.get(part), schemas, record, part, integers)
     if row is None:
         raise _invalid(record, f"op {op!r} without '{part}'")
     unavailable: tuple[str, ...] = ()
     if mapped != "D":
-        before = _row(value.get("before"), _field_schemas(schema, "before"), record, "before")
+        before_schemas = _field_schemas(schema, "before")
+        before = _row(value.get("before"), before_schemas, record, "before", integers)
         if decode is not decode_json_value or may_hold_placeholder(record.value, feed.placeholder):
             row, unavailable = _available(row, before, schemas, feed.placeholder)
     fields = schemas or None

@@ -48,13 +48,13 @@ def source_name(prop: str, fmt: ColumnFormat) -> str:
     return camel[:1].lower() + camel[1:]
 
 
-def _loose(name: str) -> str:
+def loose(name: str) -> str:
     """The spelling every case and snake/camel variant of a name shares."""
     return name.replace("_", "").lower()
 
 
 def _loose_match(prop: str, wanted: str, available: Sequence[str]) -> str | None:
-    matches = [c for c in available if _loose(c) == _loose(wanted)]
+    matches = [c for c in available if loose(c) == loose(wanted)]
     if len(matches) > 1:
         raise RejectedError(
             f"columns {matches} all match property {prop!r}", code="AMBIGUOUS_COLUMN"

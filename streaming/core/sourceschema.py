@@ -28,13 +28,23 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from streaming.core.catalog import META_COLUMNS, Dataset, PropertyDef, SchemaDef
+from streaming.core.columns import loose
 from streaming.core.errors import CdcError
 
 SchemaChanges = Literal["evolve", "fail", "ignore"]
 """A feed's policy for a column its events carry and its schema lacks."""
 
 Kind = Literal[
-    "integer", "float", "decimal", "boolean", "date", "timestamp", "text", "bytes", "composite"
+    "integer",
+    "float",
+    "decimal",
+    "boolean",
+    "date",
+    "timestamp",
+    "time",
+    "text",
+    "bytes",
+    "composite",
 ]
 
 MAX_PRECISION = 38
@@ -51,6 +61,13 @@ _TIMESTAMPS = {
     "io.debezium.time.ZonedTimestamp",
     "org.apache.kafka.connect.data.Timestamp",
 }
+_TIMES = {
+    "io.debezium.time.Time",
+    "io.debezium.time.MicroTime",
+    "io.debezium.time.NanoTime",
+    "org.apache.kafka.connect.data.Time",
+}
+"""Times of day, counted since midnight: they land as text (``core.changefeed.time_text``)."""
 _DECIMAL = "org.apache.kafka.connect.data.Decimal"
 _VARIABLE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 
@@ -96,7 +113,8 @@ def column_type(schema: Mapping[str, Any] | None) -> ColumnType:
     precision (38 if the schema has none) and scale; Debezium's VariableScaleDecimal (a NUMERIC
     without size) → string (its exact text: no one scale holds every value); bytes → binary;
     Json, Uuid, Enum, Xml, ZonedTime, Interval … (strings) → string; Time, MicroTime, NanoTime →
-    integer (as Debezium sends them: since midnight, in ms, µs or ns); an array of integers,
+    string (``HH:MM:SS.ffffff`` text: a count since midnight in ms, µs or ns as Debezium sends
+    it would change unit with the column's precision); an array of integers,
     numbers, booleans or strings → an array of them; other structs, arrays, maps → string (the
     JSON text)."""
     if not schema:
@@ -108,6 +126,8 @@ def column_type(schema: Mapping[str, Any] | None) -> ColumnType:
         return ColumnType("date", "date", connect)
     if name in _TIMESTAMPS:
         return ColumnType("timestamp", "timestamp", connect)
+    if name in _TIMES:
+        return ColumnType("string", "time", connect)
     if name == _DECIMAL:
         parameters = schema.get("parameters") or {}
         scale = int(parameters.get("scale", 0))
@@ -171,10 +191,10 @@ def definition_text(prop: PropertyDef) -> str:
 
 
 _FITS: dict[str, set[str]] = {
-    "integer": {"integer"},
+    "integer": {"integer", "time"},
     "number": {"integer", "float", "decimal"},
     "decimal": {"integer", "decimal"},
-    "boolean": {"boolean"},
+    "boolean": {"boolean", "integer"},
     "date": {"date"},
     "datetime": {"date", "timestamp"},
     "timestamp": {"date", "timestamp"},
@@ -187,8 +207,11 @@ def fits(column: ColumnType, prop: PropertyDef) -> bool:
     string property keeps any value (as text); text (and a column without a schema) goes into
     any property, its values checked one by one; a number keeps integers, floats and decimals
     (as its definition chose); a decimal(P, S) integers and decimals of at most S digits after
-    the point and P - S before it (a variable one is checked value by value); an integer only
-    integers; a date only dates; a timestamp dates and timestamps. Composite properties (array,
+    the point and P - S before it (a variable one is checked value by value); an integer
+    integers, and times of day as the count Debezium sends (a property declared before times
+    landed as text: ``Feed.integer_columns``); a boolean booleans and integers (MariaDB's
+    ``BOOLEAN`` is a ``TINYINT(1)``: 0 and 1 cast, any other value is a mistyped value); a date
+    only dates; a timestamp dates and timestamps. Composite properties (array,
     map, object) take composite columns and text."""
     if column.kind == "text" or prop.base_type == "string":
         return True
@@ -205,11 +228,6 @@ def fits(column: ColumnType, prop: PropertyDef) -> bool:
         digits = (column.precision or 0) - column.scale
         return column.scale <= scale and digits <= precision - scale
     return True
-
-
-def _loose(name: str) -> str:
-    """The spelling a column shares with the property it feeds (``core.columns``)."""
-    return name.replace("_", "").lower()
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -293,7 +311,7 @@ def source_changes(
             seen.add(seen_as)
             kind = column_type(field_schema) if fields else UNTYPED
             where = event.where
-            prop = by_loose.get(_loose(column))
+            prop = by_loose.get(loose(column))
             if prop is None:
                 if (schema.name, column) not in named:
                     named.add((schema.name, column))
@@ -330,11 +348,11 @@ def _signature(schema: Mapping[str, Any] | None) -> tuple[str, str, str]:
 def _property_names(schema: SchemaDef) -> dict[str, str]:
     """loose spelling → property: the schema's properties, an object's id, and the columns
     its ``columnMapping`` names."""
-    names = {_loose(p): p for p in schema.properties}
+    names = {loose(p): p for p in schema.properties}
     if schema.is_object:
         names.setdefault("id", "id")
     for prop, column in schema.column_mapping.items():
-        names.setdefault(_loose(column), prop)
+        names.setdefault(loose(column), prop)
     return names
 
 
@@ -349,7 +367,7 @@ def evolved(datasets: Mapping[str, Dataset], new: Sequence[NewColumn]) -> dict[s
         schema = dataset.get(column.schema) if dataset else None
         if dataset is None or schema is None:
             continue
-        if any(_loose(p) == _loose(column.column) for p in schema.properties):
+        if any(loose(p) == loose(column.column) for p in schema.properties):
             continue
         grown = schema.model_copy(
             update={"properties": {**schema.properties, column.column: column.property}}
@@ -382,7 +400,7 @@ def with_evolved(
         schema = dataset.get(item.schema) if dataset else None
         if dataset is None or schema is None or schema.kind not in ("object", "record"):
             continue
-        if any(_loose(p) == _loose(item.property) for p in schema.properties):
+        if any(loose(p) == loose(item.property) for p in schema.properties):
             continue
         prop = property_of(item.type)
         grown = schema.model_copy(update={"properties": {**schema.properties, item.property: prop}})

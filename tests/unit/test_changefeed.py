@@ -1259,3 +1259,166 @@ def test_a_value_that_cannot_be_converted_is_rejected_not_a_crash() -> None:
     assert e.value.code == "INVALID_CHANGE_EVENT"
     assert "column 'd'" in e.value.message and "io.debezium.time.Date" in e.value.message
     assert "-2147472692" in e.value.message and "pg.public.customers[0]@7" in e.value.message
+
+
+TYPES = json.loads((Path(__file__).parent / "fixtures" / "debezium_types.json").read_text())
+
+
+def converted(db: str, row: str) -> dict[str, Any]:
+    """Each column of a captured row (``fixtures/debezium_types.json``) through
+    ``connect_value``, or the ``ValueError`` it raises."""
+    fields = {f["field"]: f for f in TYPES[db]["after_schema"]["fields"]}
+    out: dict[str, Any] = {}
+    for column, value in TYPES[db]["rows"][row].items():
+        try:
+            out[column] = connect_value(value, fields[column])
+        except ValueError as e:
+            out[column] = e
+    return out
+
+
+def test_real_postgres_values_of_every_type_read_as_the_database_wrote_them() -> None:
+    """PostgreSQL 15 through Debezium 3.6.1 (precise decimals, adaptive times): what each
+    documented type becomes before Spark casts it to the property (docs/interface.md, "How
+    PostgreSQL's types land"). Times of day are text whatever unit Debezium counted them in
+    (``time`` in µs, ``time(0)`` in ms: as numbers the two columns differed 1000 times)."""
+    typical, edges = converted("postgresql", "1"), converted("postgresql", "2")
+    assert typical["n"] == "12.5000000000" and typical["nv"] == "3.14159"
+    assert typical["m"] == "12.34"  # money: a Decimal of scale 2
+    assert typical["tm"] == "10:11:12.123456" and typical["tm0"] == "10:11:12"
+    assert typical["tmz"] == "08:11:12Z"  # timetz: Debezium's ZonedTime, in UTC
+    assert typical["iv"] == 37091106500000  # 1 year 2 mons 3 days 04:05:06.5, in µs
+    assert typical["ts"] == "2024-02-29T10:11:12.123456" and typical["dt"] == "2024-02-29"
+    assert typical["ts3"] == "2024-02-29T10:11:12.123000"
+    assert typical["tz"] == "2024-02-29T08:11:12.123456Z"
+    assert typical["by"] == "AP8Q" and typical["bt"] == "Cg=="  # bytea, bit(4) '1010': bytes
+    assert typical["b1"] is True and typical["ia"] == [1, 2, None]
+    assert typical["pt"]["x"] == 1.5 and typical["hs"] == '{"a":"1","b":null}'
+    assert typical["r4"] == "[1,10)" and typical["ip"] == "192.168.0.1/24"
+    assert edges["n"] == "9999999999999999999999999999.9999999999"
+    assert edges["m"] == "-92233720368547758.08"
+    assert edges["r"] == "NaN" and edges["d"] == "Infinity"  # Spark casts them to doubles
+    assert edges["nv"] is None  # numeric 'NaN': Debezium's precise mode sends NULL
+    assert edges["tm"] == "24:00:00" and edges["tmz"] == "12:00:00Z"
+    assert edges["dt"] == "0001-01-01" and edges["ts3"] == "9999-12-31T23:59:59.999000"
+    assert edges["tz"] == "9999-12-31T23:59:59.999999Z"
+
+
+@pytest.mark.parametrize(
+    ("row", "column", "sent"),
+    [
+        ("10", "dt", -2147472692),  # date 'infinity'
+        ("11", "ts", 9223372036825200000),  # timestamp 'infinity'
+        ("12", "tz", "infinity"),  # timestamptz 'infinity'
+        ("13", "ts", -9223372036832400000),  # timestamp '-infinity'
+    ],
+)
+def test_real_postgres_infinities_are_values_no_delta_column_holds(
+    row: str, column: str, sent: Any
+) -> None:
+    assert TYPES["postgresql"]["rows"][row][column] == sent
+    error = converted("postgresql", row)[column]
+    assert isinstance(error, ValueError) and "infinity" in str(error)
+
+
+def test_real_postgres_interval_past_debeziums_limit_is_refused() -> None:
+    """``interval '-178000000 years'`` came as -2^63: Debezium's MicroDuration saturates there
+    (it approximates months as 30.4375 days too): refused, with the setting that sends text."""
+    assert TYPES["postgresql"]["rows"]["2"]["iv"] == -(2**63)
+    error = converted("postgresql", "2")["iv"]
+    assert isinstance(error, ValueError) and "interval.handling.mode=string" in str(error)
+
+
+def test_real_postgres_numeric_nan_and_infinity_come_as_null() -> None:
+    """PostgreSQL's numeric 'NaN' and '-Infinity' (sized and not): Debezium's precise mode sends
+    NULL, nothing the job can tell from a NULL (docs/interface.md says so, and what to set)."""
+    assert TYPES["postgresql"]["rows"]["14"]["n"] is None
+    assert TYPES["postgresql"]["rows"]["15"]["nv"] is None
+
+
+def test_real_mariadb_values_of_every_type_read_as_the_database_wrote_them() -> None:
+    typical, edges = converted("mariadb", "1"), converted("mariadb", "2")
+    assert typical["tm"] == "10:11:12" and typical["tm6"] == "10:11:12.123456"
+    assert typical["y"] == 2024 and typical["s"] == "a,c" and typical["e"] == "happy"
+    assert typical["tb"] == 1 and typical["b1"] is True
+    assert typical["b10"] == "qgI="  # BIT(10) b'1010101010': bytes, least significant first
+    assert typical["n65"] == "1.500000000000000000000000000000"  # DECIMAL(65,30): text
+    assert typical["u"] == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+    assert edges["tm"] == "-838:59:59" and edges["tm6"] == "838:59:59"
+    assert edges["n"] == "9999999999999999999999999999.9999999999"
+    assert edges["dt"] is None and edges["dtt"] is None  # zero dates: Debezium sends NULL
+    assert edges["bu"] == -1  # BIGINT UNSIGNED 18446744073709551615, wrapped by Debezium
+    assert converted("mariadb", "4")["tm6"] == "-00:00:00.000001"
+    assert converted("mariadb", "5")["y"] == 0  # YEAR 0000, sent as 1900
+
+
+def test_a_wrapped_unsigned_bigint_is_refused_when_the_connector_names_the_type() -> None:
+    """With ``column.propagate.source.type`` the schema says the column is unsigned: a negative
+    value is one Debezium's ``bigint.unsigned.handling.mode=long`` wrapped."""
+    schema = {
+        "type": "int64",
+        "optional": True,
+        "parameters": {"__debezium.source.column.type": "BIGINT UNSIGNED"},
+    }
+    assert connect_value(7, schema) == 7
+    with pytest.raises(ValueError, match=r"bigint\.unsigned\.handling\.mode"):
+        connect_value(-1, schema)
+    assert connect_value(-1, {"type": "int64"}) == -1  # signed: as sent
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "text"),
+    [
+        ("io.debezium.time.MicroTime", 0, "00:00:00"),
+        ("io.debezium.time.MicroTime", 86_400_000_000, "24:00:00"),
+        ("io.debezium.time.MicroTime", 500_000, "00:00:00.5"),
+        ("io.debezium.time.Time", 45_296_789, "12:34:56.789"),
+        ("org.apache.kafka.connect.data.Time", 1, "00:00:00.001"),
+        ("io.debezium.time.NanoTime", 1, "00:00:00.000000001"),
+        ("io.debezium.time.MicroTime", -1, "-00:00:00.000001"),
+        ("io.debezium.time.MicroTime", 3_020_399_000_000, "838:59:59"),
+    ],
+)
+def test_times_of_day_are_text_in_every_unit(name: str, value: int, text: str) -> None:
+    assert connect_value(value, {"type": "int64", "name": name}) == text
+
+
+def test_a_time_into_an_integer_property_keeps_debeziums_count() -> None:
+    """A property declared (or evolved) ``integer`` for a time column before times landed as
+    text keeps getting the count Debezium sends; a string property gets the text."""
+    shop = """
+shop.Customer:
+  properties: {{opensAt: {{type: {kind}}}, sourcePosition: {{type: string}}}}
+  watermark: [sourcePosition]
+"""
+    schema = {
+        "type": "struct",
+        "fields": [
+            {
+                "field": "after",
+                "type": "struct",
+                "fields": [
+                    {"field": "id", "type": "int32"},
+                    {"field": "opens_at", "type": "int64", "name": "io.debezium.time.MicroTime"},
+                ],
+            }
+        ],
+    }
+    payload = {
+        "before": None,
+        "after": {"id": 1, "opens_at": 36_000_000_000},
+        "source": {"connector": "postgresql", "lsn": 10, "sequence": '[null,"10"]'},
+        "op": "c",
+    }
+    value = json.dumps(wrap(payload, schema)).encode()
+    record = Received("pg.public.customers", 0, 7, b'{"id": 1}', value, T0, T0)
+    got = {}
+    for kind in ("integer", "string"):
+        datasets = {"shop": parse_dataset("shop", yaml.safe_load(shop.format(kind=kind)))}
+        cfg = ChangeFeedConfig(
+            name="shop", dataset="shop", topic_prefix="pg", tables={"shop.Customer": CUST}
+        )
+        event = read_debezium(feed_of(cfg, 0, datasets), record, decode_json_value)
+        assert isinstance(event, DataEvent) and event.row is not None
+        got[kind] = event.row["opens_at"]
+    assert got == {"integer": 36_000_000_000, "string": "10:00:00"}

@@ -194,7 +194,11 @@ def test_a_column_mapped_by_the_schema_is_not_new() -> None:
         ({"type": "int64", "name": "io.debezium.time.MicroTimestamp"}, "timestamp"),
         ({"type": "int64", "name": "io.debezium.time.NanoTimestamp"}, "timestamp"),
         ({"type": "string", "name": "io.debezium.time.ZonedTimestamp"}, "timestamp"),
-        ({"type": "int64", "name": "io.debezium.time.MicroTime"}, "integer"),
+        # Times of day land as text (HH:MM:SS.ffffff), whatever unit Debezium counts them in.
+        ({"type": "int64", "name": "io.debezium.time.MicroTime"}, "string"),
+        ({"type": "int32", "name": "io.debezium.time.Time"}, "string"),
+        ({"type": "int64", "name": "io.debezium.time.NanoTime"}, "string"),
+        ({"type": "int32", "name": "org.apache.kafka.connect.data.Time"}, "string"),
         ({"type": "string", "name": "io.debezium.data.Json"}, "string"),
         ({"type": "string", "name": "io.debezium.data.Uuid"}, "string"),
         (
@@ -238,6 +242,7 @@ def test_every_type_a_new_column_gets_is_a_property_type_and_fits_its_own_proper
         {"type": "string", "name": "io.debezium.time.ZonedTimestamp"},
         {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": {}},
         {"type": "struct", "name": "io.debezium.data.VariableScaleDecimal"},
+        {"type": "int64", "name": "io.debezium.time.MicroTime"},
         {"type": "map"},
     ):
         kind = column_type(schema)
@@ -251,6 +256,12 @@ def test_every_type_a_new_column_gets_is_a_property_type_and_fits_its_own_proper
         ({"type": "int32"}, "number", True),
         ({"type": "double"}, "integer", False),  # the fraction would be cut
         ({"type": "boolean"}, "integer", False),
+        # MariaDB's BOOLEAN is a TINYINT(1) (Debezium: int16): 0 and 1 cast, others mistyped.
+        ({"type": "int16"}, "boolean", True),
+        # A time into an integer property declared (or evolved) before times landed as text:
+        # it keeps Debezium's count (``Feed.integer_columns``).
+        ({"type": "int64", "name": "io.debezium.time.MicroTime"}, "integer", True),
+        ({"type": "int64", "name": "io.debezium.time.MicroTime"}, "date", False),
         ({"type": "int64", "name": "io.debezium.time.MicroTimestamp"}, "date", False),
         ({"type": "int32", "name": "io.debezium.time.Date"}, "timestamp", True),
         ({"type": "string"}, "integer", True),  # text: checked value by value
