@@ -263,6 +263,19 @@ def _invalid(record: Received, why: str) -> RejectedError:
     return RejectedError(f"{record.where}: {why}", code="INVALID_CHANGE_EVENT")
 
 
+class EventError(RejectedError):
+    """A data event of a source transaction whose envelope reads but whose row does not (a
+    value no Delta column holds): the event still counts among its transaction's (``table``,
+    ``order``), and the transaction, once complete, is rejected whole with this error — not
+    left waiting ``max_wait`` for an event that did come, holding every later commit."""
+
+    def __init__(self, error: RejectedError, transaction: str, table: str, order: int) -> None:
+        super().__init__(error.message, code=error.code)
+        self.transaction = transaction
+        self.table = table
+        self.order = order
+
+
 def _unwrap(value: Any) -> tuple[Any, Mapping[str, Any] | None]:
     """The JSON converter's ``{"schema": …, "payload": …}`` → (payload, schema); else as is."""
     if isinstance(value, dict) and set(value) == {"schema", "payload"}:
@@ -661,15 +674,22 @@ def read_debezium(feed: Feed, record: Received, decode: Decode) -> Item | None:
     part = "before" if mapped == "D" else "after"
     schemas = _field_schemas(schema, part)
     integers = feed.integer_columns.get(table, frozenset())
-    row = _row(value.get(part), schemas, record, part, integers)
-    if row is None:
-        raise _invalid(record, f"op {op!r} without '{part}'")
-    unavailable: tuple[str, ...] = ()
-    if mapped != "D":
-        before_schemas = _field_schemas(schema, "before")
-        before = _row(value.get("before"), before_schemas, record, "before", integers)
-        if decode is not decode_json_value or may_hold_placeholder(record.value, feed.placeholder):
-            row, unavailable = _available(row, before, schemas, feed.placeholder)
+    try:
+        row = _row(value.get(part), schemas, record, part, integers)
+        if row is None:
+            raise _invalid(record, f"op {op!r} without '{part}'")
+        unavailable: tuple[str, ...] = ()
+        if mapped != "D":
+            before_schemas = _field_schemas(schema, "before")
+            before = _row(value.get("before"), before_schemas, record, "before", integers)
+            if decode is not decode_json_value or may_hold_placeholder(
+                record.value, feed.placeholder
+            ):
+                row, unavailable = _available(row, before, schemas, feed.placeholder)
+    except RejectedError as e:
+        if transaction is None or feed.transaction_topic is None:
+            raise
+        raise EventError(e, transaction, table, place) from e
     fields = schemas or None
     snapshot = source.get("snapshot")
     at = source_time(source.get("ts_ms")) if feed.time_property is not None else None
@@ -933,9 +953,17 @@ def assemble(
     ends: dict[str, Boundary] = {}
     events: dict[str, dict[tuple[str, int], DataEvent]] = {}
     records_of: dict[str, list[Received]] = {}
+    poisoned: dict[str, RejectedError] = {}
+    """Transaction → its first event that does not read (``EventError``)."""
+    bad: dict[str, set[tuple[str, int]]] = {}
     for record in ordered:
         try:
             item = read(feed, record, decode)
+        except EventError as e:
+            poisoned.setdefault(e.transaction, e)
+            bad.setdefault(e.transaction, set()).add((e.table, e.order))
+            records_of.setdefault(e.transaction, []).append(record)
+            continue
         except RejectedError as e:
             unreadable.append(
                 SourceTransaction(feed, record.where, [record], error=e, anchor=record)
@@ -954,12 +982,16 @@ def assemble(
             events.setdefault(item.transaction, {}).setdefault((item.table, item.order), item)
             records_of.setdefault(item.transaction, []).append(record)
 
-    def complete(tx: str) -> bool:
-        end = ends[tx]
+    def received(tx: str) -> dict[str, int]:
+        """Its events per table, each place once (those that do not read included)."""
         have: dict[str, int] = {}
-        for table, _ in events.get(tx, {}):
+        for table, _ in {*events.get(tx, {}), *bad.get(tx, ())}:
             have[table] = have.get(table, 0) + 1
-        return all(have.get(t, 0) >= n for t, n in end.counts.items() if t in feed.tables)
+        return have
+
+    def complete(tx: str) -> bool:
+        have = received(tx)
+        return all(have.get(t, 0) >= n for t, n in ends[tx].counts.items() if t in feed.tables)
 
     def first_seen(tx: str) -> datetime:
         return min(r.received_at for r in records_of[tx])
@@ -981,13 +1013,15 @@ def assemble(
     for tx in by_commit:
         if not held and (complete(tx) or feed.transaction_id(ends[tx].id) in resent):
             records, found = take(tx)
-            if found:  # else it touched none of the feed's tables: nothing to apply
+            if tx in poisoned:  # rejected whole: no event of it applies
+                transactions.append(_transaction(feed, tx, records, [], ends[tx], poisoned[tx]))
+            elif found:  # else it touched none of the feed's tables: nothing to apply
                 transactions.append(_transaction(feed, tx, records, found, ends[tx]))
             continue
         waited = now - first_seen(tx)
         if not held and (waited > feed.max_wait or waiting_events > feed.max_pending_events):
             records, found = take(tx)
-            why = _incomplete(feed, tx, found, ends[tx], waited)
+            why = _incomplete(feed, tx, received(tx), ends[tx], waited)
             transactions.append(_transaction(feed, tx, records, found, ends[tx], why))
             continue
         held = True  # a later commit waits for this one
@@ -1053,11 +1087,8 @@ def _transaction(
 
 
 def _incomplete(
-    feed: Feed, tx: str, got: Sequence[DataEvent], end: Boundary, waited: timedelta
+    feed: Feed, tx: str, have: Mapping[str, int], end: Boundary, waited: timedelta
 ) -> RejectedError:
-    have: dict[str, int] = {}
-    for e in got:
-        have[e.table] = have.get(e.table, 0) + 1
     missing = {
         t: f"{have.get(t, 0)} of {n}"
         for t, n in end.counts.items()

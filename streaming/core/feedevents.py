@@ -33,6 +33,7 @@ from streaming.core.changefeed import (
     TIME_COLUMN,
     DataEvent,
     Decode,
+    EventError,
     Feed,
     Received,
     kafka_where,
@@ -110,6 +111,19 @@ def decoded(feed: Feed, record: Received, decode: Decode) -> dict[str, Any]:
     read = read_debezium if feed.format == "debezium" else read_dms
     try:
         item = read(feed, record, decode)
+    except EventError as e:  # counts among its transaction's events, and rejects it
+        out.update(
+            kind="data",
+            item=e.transaction,
+            code=e.code,
+            message=e.message,
+            source_table=e.table,
+            schema=feed.tables.get(e.table),
+            op=None,
+            order=e.order,
+            columns=[],
+        )
+        return out
     except RejectedError as e:
         out.update(kind="bad", item=record.where, code=e.code, message=e.message)
         return out
@@ -169,6 +183,9 @@ class TxSummary:
     """Its records (BEGIN, END, data events; repeats included): what waits if it waits."""
     first: Place
     first_received_at: datetime
+    error: tuple[str, str] | None = None
+    """The code and message of its first data event that does not read (by place): the
+    transaction is rejected whole (``core.changefeed.EventError``)."""
 
 
 @dataclass(frozen=True)
@@ -237,6 +254,8 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> Summaries:
                 t["end"] = End(r["end_id"], place, r["received_at"], end_counts(r["counts"]))
             if r["kind"] == "data":
                 t["orders"].add((r["source_table"], r["order"]))
+                if r.get("code") is not None and "error" not in t:
+                    t["error"] = (r["code"], r["message"])
     transactions = []
     for tx, t in txs.items():
         have: dict[str, int] = {}
@@ -252,6 +271,7 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> Summaries:
                 len(t["records"]),
                 (first["topic"], first["partition"], first["offset"]),
                 first["received_at"],
+                t.get("error"),
             )
         )
     out = []
@@ -354,7 +374,13 @@ def decide(
         assert end is not None
         if not held and (complete(t) or feed.transaction_id(end.id) in resent):
             take(t)
-            if any(t.have.get(s, 0) for s in feed.tables):  # else nothing to apply
+            if t.error is not None:  # rejected whole: no event of it applies
+                code, message = t.error
+                why = RejectedError(message, code=code)
+                transactions.append(
+                    Ready(feed, t.tx, end.id, where(end.place), end.received_at, why)
+                )
+            elif any(t.have.get(s, 0) for s in feed.tables):  # else nothing to apply
                 transactions.append(Ready(feed, t.tx, end.id, where(end.place), end.received_at))
             continue
         waited = now - t.first_seen

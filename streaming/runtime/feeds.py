@@ -509,6 +509,9 @@ def _summaries(frame: DataFrame, feeds: Sequence[Feed]) -> dict[str, Summaries]:
             F.max(F.coalesce(F.col("op") == "T", F.lit(False))).alias("truncates"),
             F.first("code", ignorenulls=True).alias("code"),
             F.first("message", ignorenulls=True).alias("message"),
+            F.min(
+                F.when(data & F.col("code").isNotNull(), F.struct(*PLACE, "code", "message"))
+            ).alias("error"),
         )
         .collect()
     )
@@ -563,6 +566,7 @@ def _summaries(frame: DataFrame, feeds: Sequence[Feed]) -> dict[str, Summaries]:
                     int(r["records"]),
                     at,
                     utc(first["received_at"]),
+                    (r["error"]["code"], r["error"]["message"]) if r["error"] else None,
                 )
             )
     return {

@@ -198,6 +198,28 @@ def test_a_later_commit_waits_for_an_earlier_incomplete_one() -> None:
     assert ready_ids(out) == ["tx1", "tx2"]
 
 
+def test_a_transaction_with_an_event_that_does_not_read_is_rejected_whole_at_once() -> None:
+    """An event whose envelope reads but whose row does not (PostgreSQL's date 'infinity' in
+    the integration test; here an ``after`` that is not an object) still counts among its
+    transaction's events: the transaction, complete, is REJECTED whole with the event's code,
+    none of its events applied, and the next commit goes on. Before, the event was rejected
+    alone and its transaction waited ``max_wait`` (10 minutes) for it, holding every later
+    commit, then was SOURCE_TRANSACTION_INCOMPLETE."""
+    topics = Topics()
+    topics.transaction("tx1", [(CUST, "c", {"id": 1}), (ORD, "c", {"id": 10})])
+    topics.transaction("tx2", [(CUST, "u", {"id": 1})])
+    records = topics.take()
+    bad = next(r for r in records if r.topic == "pg.public.orders")
+    value = json.loads(bad.value or b"null")
+    broken = replace(bad, value=json.dumps({**value, "after": [10]}).encode())
+    out = assemble(feed(), [broken if r is bad else r for r in records], decode_json_value, T0)
+    assert ready_ids(out) == ["tx1", "tx2"] and not out.waiting
+    first, second = out.ready
+    assert first.error is not None and first.error.code == "INVALID_CHANGE_EVENT"
+    assert "'after' is not an object" in first.error.message
+    assert first.events == [] and second.error is None
+
+
 def test_events_sent_again_by_a_restarted_connector_count_once() -> None:
     topics = Topics()
     topics.transaction("tx1", [(CUST, "c", {"id": 1}), (CUST, "u", {"id": 1})])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -97,8 +98,9 @@ def ours(feed_: Feed, records: Sequence[Received], now, committed) -> dict[str, 
 # -- generated feeds ---------------------------------------------------------------------------
 
 change = st.tuples(
-    st.sampled_from(TABLES), st.sampled_from(["c", "u", "d", "t"]), st.integers(1, 4)
+    st.sampled_from(TABLES), st.sampled_from(["c", "u", "d", "t", "c", "bad"]), st.integers(1, 4)
 )
+"""A change: ``bad`` is an event of the transaction whose row does not read (``EventError``)."""
 transaction = st.tuples(
     st.just("tx"),
     st.lists(change, min_size=0, max_size=5),
@@ -140,8 +142,19 @@ def records_of(plan: list[tuple[Any, ...]]) -> tuple[list[Received], list[str]]:
                 name = "__debezium_unavailable_value" if (op, id_) == ("u", 4) else f"v{n}"
                 row = {"id": id_, "name": name}
                 sent.append(
-                    topics.event(table, op, row, tx=tx, order=order, table_order=counts[table])
+                    topics.event(
+                        table,
+                        "c" if op == "bad" else op,
+                        row,
+                        tx=tx,
+                        order=order,
+                        table_order=counts[table],
+                    )
                 )
+                if op == "bad":  # its envelope reads, its row does not: 'after' not an object
+                    value = json.loads(sent[-1].value or b"null")
+                    sent[-1] = replace(sent[-1], value=json.dumps({**value, "after": [1]}).encode())
+                    topics.records[-1] = sent[-1]
             for record in sent[:again]:  # a connector's restart sends them again
                 topics._add(
                     record.topic,
