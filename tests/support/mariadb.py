@@ -206,6 +206,7 @@ class MariaDBServer:
             "--no-defaults",
             f"--socket={self.socket}",
             "--user=root",
+            "--default-character-set=utf8mb4",  # 4-byte characters too (emoji)
             "--batch",
             "--raw",
             "--skip-column-names",
