@@ -23,7 +23,7 @@ values are checked one by one as a file's are (a value that does not cast is a m
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -273,12 +273,27 @@ class TypeConflict:
     where: str
 
 
+@dataclass(frozen=True)
+class AbsentColumn:
+    """A property of a schema that no column of its source table's events feeds, as the
+    converter's schema lists them: Debezium leaves out a column of a type it does not capture
+    (PostgreSQL's geometric types other than ``point``, ``pg_lsn`` …) and a column dropped in
+    the source; rows this feed writes leave the property NULL."""
+
+    feed: str
+    schema: str
+    source_table: str
+    property: str
+    where: str
+
+
 @dataclass
 class Changes:
     """What a feed's ready events carry that their schemas do not say."""
 
     new: list[NewColumn] = field(default_factory=list)
     conflicts: list[TypeConflict] = field(default_factory=list)
+    absent: list[AbsentColumn] = field(default_factory=list)
 
 
 def source_changes(
@@ -286,14 +301,18 @@ def source_changes(
     dataset: Dataset,
     tables: Mapping[str, str],
     events: Iterable[Any],
+    filled: Collection[str] = (),
 ) -> Changes:
-    """The new columns and the type conflicts of a feed's ``events`` (``core.changefeed``'s
-    ``DataEvent``s: ``table``, ``row``, ``fields``, ``record``; in the order they apply), each
-    column once: at its first event. ``tables``: source table → schema name."""
+    """The new columns, the type conflicts and the absent columns of a feed's ``events``
+    (``core.changefeed``'s ``DataEvent``s: ``table``, ``row``, ``fields``, ``record``; in the
+    order they apply), each column once: at its first event. ``tables``: source table → schema
+    name; ``filled``: the properties the job fills itself (the position, the source time),
+    never absent."""
     out = Changes()
     seen: set[tuple[str, str, tuple[str, str, str]]] = set()
     named: set[tuple[str, str]] = set()
     known: dict[str, dict[str, str]] = {}
+    missed: set[tuple[str, str]] = set()
     for event in events:
         schema_name = tables.get(event.table)
         schema = dataset.get(schema_name) if schema_name else None
@@ -303,6 +322,14 @@ def source_changes(
         if by_loose is None:
             by_loose = known[schema.name] = _property_names(schema)
         fields = event.fields or {}
+        if fields:  # the converter's schema lists every column the connector sends
+            sent = {by_loose.get(loose(c)) for c in fields}
+            for prop in schema.data_columns():
+                if prop not in sent and prop not in filled and (schema.name, prop) not in missed:
+                    missed.add((schema.name, prop))
+                    out.absent.append(
+                        AbsentColumn(feed, schema.name, event.table, prop, event.where)
+                    )
         for column in (*event.row, *(c for c in fields if c not in event.row)):
             field_schema = fields.get(column)
             seen_as = (schema.name, column, _signature(field_schema))
@@ -468,4 +495,16 @@ def ignored_warning(column: NewColumn, policy: SchemaChanges) -> str:
     return (
         f"change feed {column.feed!r}: {_described(column)} is not in the schema and is left "
         f"out: {why}. To keep its values: {fix}"
+    )
+
+
+def absent_warning(column: AbsentColumn) -> str:
+    """The line an absent column is named in, once per run (``runtime.sourcecolumns``)."""
+    return (
+        f"change feed {column.feed!r}: the events of source table {column.source_table} carry "
+        f"no column for property {column.property!r} of {column.schema} (first seen at "
+        f"{column.where}): the rows this feed writes leave it NULL. Debezium leaves out a "
+        "column of a type it does not capture (PostgreSQL's box, circle, line, lseg, path, "
+        "polygon, pg_lsn; see docs/interface.md) and a column dropped in the source: cast it "
+        "in the source (a generated text column), or remove the property"
     )

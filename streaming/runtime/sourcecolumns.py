@@ -14,6 +14,7 @@ from streaming.core.catalog import Dataset
 from streaming.core.changefeed import Feed
 from streaming.core.layout import Layout
 from streaming.core.sourceschema import (
+    absent_warning,
     definition_text,
     evolved,
     ignored_warning,
@@ -32,6 +33,8 @@ class SourceColumns:
     layout: Layout
     warned: set[tuple[str, str, str]] = field(default_factory=set)
     """(feed, schema, column) of the columns left out that a warning named (one each)."""
+    absent_named: set[tuple[str, str, str]] = field(default_factory=set)
+    """(feed, schema, property) of the properties no column feeds that a warning named."""
 
     def follow(
         self,
@@ -50,7 +53,13 @@ class SourceColumns:
         dataset = datasets.get(feed.dataset)
         if dataset is None:
             return datasets
-        changes = source_changes(feed.name, dataset, feed.tables, events)
+        filled = [feed.position_property, *([feed.time_property] if feed.time_property else [])]
+        changes = source_changes(feed.name, dataset, feed.tables, events, filled)
+        for absent in changes.absent:
+            key = (feed.name, absent.schema, absent.property)
+            if key not in self.absent_named:
+                self.absent_named.add(key)
+                log.warning("%s", absent_warning(absent))
         if changes.conflicts:
             raise type_changed(changes.conflicts)
         if not changes.new:

@@ -478,3 +478,30 @@ def test_fail_raises_before_anything_is_written() -> None:
     with pytest.raises(SourceSchemaChanged, match="'tag'") as raised:
         columns.follow(docs_feed, {"docs": dataset("docs", DOCS)}, ready, 0)
     assert raised.value.code == "SOURCE_SCHEMA_CHANGED"
+
+
+def test_a_property_no_column_feeds_is_absent_and_named_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A property whose column the events' converter schema does not list (Debezium leaves
+    out a column of a type it does not capture, e.g. PostgreSQL's ``box``, and a dropped
+    column): named once per run, never silently NULL; the position the job fills is not."""
+    before, after = docs_events("insert_before_alter", "insert_after_alter")
+    typed = DOCS.replace("title: {type: string}", "title: {type: string}\n    tag: {type: string}")
+    docs = dataset("docs", typed)
+    tables = {"public.docs": "docs.Doc"}
+    [absent] = source_changes("docs", docs, tables, [before], ["sourcePosition"]).absent
+    assert (absent.schema, absent.source_table, absent.property) == (
+        "docs.Doc",
+        "public.docs",
+        "tag",
+    )
+    assert source_changes("docs", docs, tables, [after], ["sourcePosition"]).absent == []
+    docs_feed = dataclasses.replace(feed(tables, prefix=ADDED["topic_prefix"]), dataset="docs")
+    columns = SourceColumns(cast(SparkSession, None), Layout("w", "c", "q"))
+    with caplog.at_level(logging.WARNING):
+        for batch in range(3):
+            columns.follow(docs_feed, {"docs": docs}, [before], batch)
+    [warning] = [r.getMessage() for r in caplog.records if "'tag'" in r.getMessage()]
+    assert "public.docs" in warning and "NULL" in warning and "box" in warning
+    assert "sourcePosition" not in warning
