@@ -324,11 +324,11 @@ def source_changes(
         fields = event.fields or {}
         if fields:  # the converter's schema lists every column the connector sends
             sent = {by_loose.get(loose(c)) for c in fields}
-            for prop in schema.data_columns():
-                if prop not in sent and prop not in filled and (schema.name, prop) not in missed:
-                    missed.add((schema.name, prop))
+            for name in schema.data_columns():
+                if name not in sent and name not in filled and (schema.name, name) not in missed:
+                    missed.add((schema.name, name))
                     out.absent.append(
-                        AbsentColumn(feed, schema.name, event.table, prop, event.where)
+                        AbsentColumn(feed, schema.name, event.table, name, event.where)
                     )
         for column in (*event.row, *(c for c in fields if c not in event.row)):
             field_schema = fields.get(column)
