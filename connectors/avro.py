@@ -293,6 +293,8 @@ class AvroCodec:
     outcomes_topic: str
     registry: Registry | None = None
     _writers: dict[str, tuple[int, Schema]] = field(default_factory=dict)
+    _envelopes: dict[int, dict[str, Any] | None] = field(default_factory=dict)
+    """Schema id → the Connect schema of a Debezium envelope written with it (None: not one)."""
 
     @classmethod
     def create(cls, cfg: KafkaConfig) -> AvroCodec:
@@ -346,14 +348,22 @@ class AvroCodec:
 
     def decode_change(self, payload: bytes) -> Any:
         """A change feed's key or value (Debezium's Avro converter) → its value, as fastavro
-        reads it (Avro logical types as Python values)."""
+        reads it (Avro logical types as Python values); a Debezium envelope (a record with
+        ``before``, ``after`` and ``op``) in the JSON converter's shape, ``{"schema": …,
+        "payload": …}``, its schema the Connect schema the Avro one was written from
+        (``connect_schema``), so that Debezium's types read as they do from JSON."""
         try:
             schema_id, body = split(payload)
-            return read_body(schema_id, self.schema(schema_id), body)
+            schema = self.schema(schema_id)
+            value = read_body(schema_id, schema, body)
         except RejectedError:
             raise
         except Exception as e:
             raise RejectedError(f"not Avro of a known schema: {e}", code="INVALID_AVRO") from e
+        if schema_id not in self._envelopes:
+            self._envelopes[schema_id] = _envelope_schema(schema)
+        connect = self._envelopes[schema_id]
+        return value if connect is None else {"schema": connect, "payload": value}
 
     def encode_request(self, value: Mapping[str, Any]) -> bytes:
         """A JSON-shaped request → a message (``ValueError`` if it does not fit the schema)."""
@@ -432,3 +442,73 @@ class ChangeDecoder:
         if self._codec is None:
             self._codec = AvroCodec.create(self.cfg)
         return self._codec.decode_change(payload)
+
+
+# -- Connect schemas of Debezium's Avro ----------------------------------------------------------
+_CONNECT_PRIMITIVES = {
+    "int": "int32",
+    "long": "int64",
+    "float": "float",
+    "double": "double",
+    "boolean": "boolean",
+    "string": "string",
+    "bytes": "bytes",
+    "null": "null",
+}
+
+
+def connect_schema(avro: Any, named: Mapping[str, Any]) -> dict[str, Any]:
+    """The Connect schema (as the JSON converter writes it: ``type``, ``name``, ``parameters``,
+    ``fields`` with ``field``, ``items``, ``keys``/``values``) that Confluent's AvroConverter
+    wrote an Avro schema from: it keeps the Connect name and parameters as ``connect.name`` and
+    ``connect.parameters`` (``io.debezium.time.MicroTimestamp`` on a ``long``, a Decimal's
+    ``scale``) and an int8/int16 as ``connect.type``; an optional field is a union with null.
+    ``named``: fastavro's named types (a record used twice is named the second time)."""
+    if isinstance(avro, str):
+        if avro in _CONNECT_PRIMITIVES:
+            return {"type": _CONNECT_PRIMITIVES[avro]}
+        return connect_schema(named.get(avro, "string"), named)
+    if isinstance(avro, list):
+        branches = [b for b in avro if b != "null"]
+        branch = connect_schema(branches[0] if len(branches) == 1 else "string", named)
+        return {**branch, "optional": True}
+    if not isinstance(avro, dict):
+        return {"type": "string"}
+    kind = avro.get("type")
+    if kind == "record":
+        out: dict[str, Any] = {
+            "type": "struct",
+            "fields": [
+                {**connect_schema(f.get("type"), named), "field": f.get("name")}
+                for f in avro.get("fields") or []
+            ],
+        }
+    elif kind == "array":
+        out = {"type": "array", "items": connect_schema(avro.get("items"), named)}
+    elif kind == "map":
+        out = {"type": "map", "keys": {"type": "string"}}
+        out["values"] = connect_schema(avro.get("values"), named)
+    elif kind in ("enum",):
+        out = {"type": "string"}
+    elif kind == "fixed":
+        out = {"type": "bytes"}
+    elif isinstance(kind, str | list | dict) and kind not in _CONNECT_PRIMITIVES:
+        out = connect_schema(kind, named)
+    else:
+        out = {"type": avro.get("connect.type") or _CONNECT_PRIMITIVES.get(str(kind), "string")}
+    if avro.get("connect.name"):
+        out["name"] = avro["connect.name"]
+    if isinstance(avro.get("connect.parameters"), dict):
+        out["parameters"] = dict(avro["connect.parameters"])
+    return out
+
+
+def _envelope_schema(schema: Schema) -> dict[str, Any] | None:
+    """``connect_schema`` of a Debezium envelope's Avro schema; None for any other record (a
+    key, a BEGIN/END)."""
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        return None
+    names = {f.get("name") for f in schema.get("fields") or []}
+    if not {"before", "after", "op"} <= names:
+        return None
+    return connect_schema(schema, schema.get("__named_schemas") or {})

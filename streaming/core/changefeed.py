@@ -31,10 +31,12 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import math
 import re
+import struct
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -197,8 +199,8 @@ def feed_of(cfg: ChangeFeedConfig, index: int, datasets: Mapping[str, Dataset]) 
                 f"properties and `watermark: [{cfg.position_property}]`"
             )
         if cfg.time_property is not None:
-            time = schema.properties.get(cfg.time_property)
-            if time is None or time.base_type not in ("datetime", "timestamp"):
+            stamp = schema.properties.get(cfg.time_property)
+            if stamp is None or stamp.base_type not in ("datetime", "timestamp"):
                 raise ConfigError(
                     f"{where}.time_property: schema {name} needs the datetime property "
                     f"{cfg.time_property!r} to hold each change's source commit time: add "
@@ -323,7 +325,14 @@ def connect_value(value: Any, schema: Mapping[str, Any] | None) -> Any:
         return base64.b64encode(value).decode("ascii")
     if value is None or not schema:
         return value
+    if isinstance(value, float):
+        if not math.isfinite(value):  # Avro's; JSON's are text
+            return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        if schema.get("type") in ("float", "float32"):
+            return _shortest_single(value)
     name = schema.get("name") or ""
+    if isinstance(value, date | time):  # Avro's logical types, as fastavro reads them
+        return _temporal_text(value)
     if name in _DATES:
         try:
             return (date(1970, 1, 1) + timedelta(days=int(value))).isoformat()
@@ -344,7 +353,9 @@ def connect_value(value: Any, schema: Mapping[str, Any] | None) -> Any:
         places = int((schema.get("parameters") or {}).get("scale", 0))
         return decimal_text(int.from_bytes(base64.b64decode(value), "big", signed=True), places)
     if name == "io.debezium.data.VariableScaleDecimal" and isinstance(value, dict):
-        unscaled = int.from_bytes(base64.b64decode(value["value"]), "big", signed=True)
+        raw = value["value"]  # base64 text from JSON, the bytes from Avro
+        raw = raw if isinstance(raw, bytes | bytearray) else base64.b64decode(raw)
+        unscaled = int.from_bytes(raw, "big", signed=True)
         return decimal_text(unscaled, int(value["scale"]))
     if name == "io.debezium.time.ZonedTimestamp" and str(value).lstrip("+-") == "infinity":
         raise ValueError(_OUT_OF_RANGE)
@@ -386,6 +397,37 @@ _OUT_OF_RANGE = (
 )
 
 
+def _shortest_single(value: float) -> float:
+    """A 32-bit float (a ``real``, a ``FLOAT``) as the JSON converter writes it, the shortest
+    decimal that reads back as the same single: Avro's is the single itself, which as a double
+    is noise (1.1 → 1.100000023841858). A double that is no single (JSON's text) is kept."""
+    single = _SINGLE.pack(value)
+    if _SINGLE.unpack(single)[0] != value:
+        return value
+    for digits in range(1, 10):
+        shortest = float(f"{value:.{digits}g}")
+        if _SINGLE.pack(shortest) == single:
+            return shortest
+    return value
+
+
+_SINGLE = struct.Struct("<f")
+
+
+def _temporal_text(value: date | time) -> str:
+    """A date, timestamp or time fastavro read from an Avro logical type (Connect's ``Date``,
+    ``Timestamp``, ``Time``) as the text the same value gets from JSON: a timestamp in UTC
+    without its zone, as ``connect_value`` writes an epoch count."""
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value.isoformat()
+    if isinstance(value, time):
+        micros = ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000
+        return time_text(micros + value.microsecond, 6)
+    return value.isoformat()
+
+
 def _unsigned(schema: Mapping[str, Any]) -> bool:
     """Whether the connector says (``column.propagate.source.type``) that the column is an
     UNSIGNED integer."""
@@ -424,9 +466,13 @@ def decimal_text(unscaled: int, scale: int) -> str:
 
 def plain_json(value: Any) -> Any:
     """``json.dumps``'s ``default`` for a staged row: a ``Decimal`` (Avro's decimals, read by
-    fastavro at the schema's precision) as its exact plain text, anything else as ``str``."""
+    fastavro at the schema's precision) as its exact plain text, bytes nested in a struct or
+    array (Avro's, e.g. a point's ``wkb``) as base64 text as the JSON converter writes them,
+    anything else as ``str``."""
     if isinstance(value, Decimal):
         return format(value, "f")
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
     return str(value)
 
 
