@@ -44,6 +44,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import SchemaParseException, UnknownType
 
 from streaming.core.batch import RawRequest
+from streaming.core.codes import Code
 from streaming.core.config import BUILTIN_SCHEMA_PREFIX, AvroConfig, KafkaConfig, RegistryConfig
 from streaming.core.errors import CdcError, ConfigError, RejectedError
 from streaming.core.outcomes import Outcome
@@ -66,7 +67,7 @@ class RegistryError(CdcError):
     """The schema registry could not answer (unreachable, 5xx, bad answer): the batch fails and
     is retried; the requests are not rejected for it."""
 
-    code = "SCHEMA_REGISTRY_ERROR"
+    code = Code.SCHEMA_REGISTRY_ERROR
 
 
 def builtin_schema_text(name: str) -> str:
@@ -113,7 +114,7 @@ def split(payload: bytes) -> tuple[int, bytes]:
         raise RejectedError(
             f"not an Avro message in the Confluent wire format (magic byte 0, 4-byte schema id); "
             f"found {first}, {len(payload)} byte(s)",
-            code="INVALID_AVRO",
+            code=Code.INVALID_AVRO,
         )
     _, schema_id = HEADER.unpack_from(payload)
     return schema_id, payload[HEADER.size :]
@@ -128,13 +129,13 @@ def read_body(schema_id: int, schema: Schema, body: bytes) -> Any:
     except Exception as e:  # fastavro raises EOFError, IndexError, ValueError, UnicodeError, ...
         raise RejectedError(
             f"Avro body does not decode with schema id {schema_id}: {type(e).__name__}: {e}",
-            code="INVALID_AVRO",
+            code=Code.INVALID_AVRO,
         ) from e
     if stream.tell() != len(body):
         raise RejectedError(
             f"Avro body has {len(body) - stream.tell()} byte(s) left over after a record of "
             f"schema id {schema_id}",
-            code="INVALID_AVRO",
+            code=Code.INVALID_AVRO,
         )
     return value
 
@@ -311,7 +312,7 @@ class AvroCodec:
         if schema is None:
             where = "the schema registry" if self.registry else "kafka.avro.schemas"
             raise RejectedError(
-                f"schema id {schema_id} is not in {where}", code="UNKNOWN_SCHEMA_ID"
+                f"schema id {schema_id} is not in {where}", code=Code.UNKNOWN_SCHEMA_ID
             )
         return schema
 
@@ -341,7 +342,7 @@ class AvroCodec:
         if len(payload) > MAX_REQUEST_BYTES:
             raise RejectedError(
                 f"request is {len(payload)} bytes; the limit is {MAX_REQUEST_BYTES}",
-                code="MESSAGE_TOO_LARGE",
+                code=Code.MESSAGE_TOO_LARGE,
             )
         schema_id, body = split(payload)
         return _drop_nulls(read_body(schema_id, self.schema(schema_id), body))
@@ -359,7 +360,7 @@ class AvroCodec:
         except RejectedError:
             raise
         except Exception as e:
-            raise RejectedError(f"not Avro of a known schema: {e}", code="INVALID_AVRO") from e
+            raise RejectedError(f"not Avro of a known schema: {e}", code=Code.INVALID_AVRO) from e
         if schema_id not in self._envelopes:
             self._envelopes[schema_id] = _envelope_schema(schema)
         connect = self._envelopes[schema_id]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from streaming.core.codes import Code
 from streaming.core.config import KafkaConfig
 from streaming.core.errors import CdcError, ConfigError
 from streaming.core.redact import option_secrets, redact_options, scrub
@@ -55,7 +56,7 @@ _JAVA_EXCEPTION = re.compile(r"\w(?:Exception|Error)\b")
 class KafkaAuthError(CdcError):
     """The broker refused a Kafka client's credentials (or its TLS handshake failed)."""
 
-    code = "KAFKA_AUTH_FAILED"
+    code = Code.KAFKA_AUTH_FAILED
 
 
 def kafka_secrets(cfg: KafkaConfig) -> list[str]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from streaming.core.changefeed import Feed
+from streaming.core.codes import Code
 from streaming.core.config import KafkaConfig
 from streaming.core.errors import CdcError
 
@@ -46,7 +47,7 @@ _NOT_THERE_YET = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_
 class KafkaTopicMissing(CdcError):
     """A topic only a person can create is not there (the broker does not create topics)."""
 
-    code = "KAFKA_TOPIC_MISSING"
+    code = Code.KAFKA_TOPIC_MISSING
 
 
 def create_command(bootstrap: str, topic: str) -> str:

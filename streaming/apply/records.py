@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 
 from streaming.apply.objects import TableResult
 from streaming.core.changes import SEQ_SHIFT
+from streaming.core.codes import Code
 from streaming.core.columns import ColumnFormat, resolve_columns
 from streaming.core.errors import RejectedError
 from streaming.core.fold import Effect
@@ -102,7 +103,7 @@ def refresh_view(
     if rows.groupBy(*keys).count().where("count > 1").limit(1).count():
         raise RejectedError(
             f"{view.name}: its sql produces several rows per primaryKey {keys}",
-            code="DUPLICATE_ID",
+            code=Code.DUPLICATE_ID,
         )
     counts = _refresh_counts(rows, reader.table(load.writes), keys, props, whole=load.scope is None)
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from streaming.core.codes import Code
 from streaming.core.config import MIN_RETENTION_SECONDS, AppConfig, load_config
 from streaming.core.errors import CdcError, ConfigError
 from streaming.core.layout import CURRENT_FILE_MIB, Layout
@@ -88,7 +89,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     if cfg.kafka is None:
-        raise CdcError("kafka: not configured; cannot publish", code="CONFIG_ERROR")
+        raise CdcError("kafka: not configured; cannot publish", code=Code.CONFIG_ERROR)
     codec = codec_for(cfg.kafka)
     records = []
     for file in args.files:
@@ -120,13 +121,13 @@ def _request_record(line: bytes, where: str, codec: AvroCodec | None) -> tuple[s
     if codec is None:
         return key, line
     if not isinstance(value, dict):
-        raise CdcError(f"{where}: a request must be a JSON object", code="NOT_AN_OBJECT")
+        raise CdcError(f"{where}: a request must be a JSON object", code=Code.NOT_AN_OBJECT)
     try:
         return key, codec.encode_request(value)
     except (ValueError, TypeError) as e:
         raise CdcError(
             f"{where}: does not fit the Avro request schema: {str(e)[:300]}",
-            code="INVALID_REQUEST",
+            code=Code.INVALID_REQUEST,
         ) from e
 
 
@@ -187,16 +188,16 @@ def cmd_show(args: argparse.Namespace) -> int:
         raise CdcError(
             "--consistent reads the current table at the ledger's version: "
             "not with --version or --history",
-            code="USAGE_ERROR",
+            code=Code.USAGE_ERROR,
         )
     if args.history and args.scd2:
-        raise CdcError("--history and --scd2 name two tables: give one", code="USAGE_ERROR")
+        raise CdcError("--history and --scd2 name two tables: give one", code=Code.USAGE_ERROR)
     at = _as_of(args.as_of) if args.as_of is not None else None
     if at is not None and (args.history or args.scd2 or args.version is not None):
         raise CdcError(
             "--as-of reads the rows valid at a time (from the SCD2 table, else history): "
             "not with --history, --scd2 or --version",
-            code="USAGE_ERROR",
+            code=Code.USAGE_ERROR,
         )
     cfg = _config(args)
     layout = Layout(cfg.warehouse, cfg.checkpoints, cfg.query_name)
@@ -256,7 +257,7 @@ def _as_of(text: str) -> datetime:
     except ValueError as e:
         raise CdcError(
             f"--as-of {text!r}: not an ISO 8601 time (e.g. 2026-01-31T12:00:00Z)",
-            code="USAGE_ERROR",
+            code=Code.USAGE_ERROR,
         ) from e
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from streaming.core.codes import Code
 from streaming.core.errors import RejectedError
 from streaming.core.requests import (
     TransactionRequest,
@@ -185,7 +186,7 @@ def triage(
         else:
             error = RejectedError(
                 f"transactionId {tid!r} was already used for a different request",
-                code="TRANSACTION_ID_REUSED",
+                code=Code.TRANSACTION_ID_REUSED,
             )
             verdicts.append(Refused(raw, error, tid, request))
     return verdicts

@@ -41,6 +41,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from streaming.core.catalog import Dataset
+from streaming.core.codes import Code
 from streaming.core.columns import loose
 from streaming.core.config import ChangeFeedConfig, duration_seconds
 from streaming.core.errors import ConfigError, RejectedError
@@ -241,7 +242,7 @@ def decode_json_value(data: bytes) -> Any:
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise RejectedError(f"not JSON: {e}", code="INVALID_JSON") from e
+        raise RejectedError(f"not JSON: {e}", code=Code.INVALID_JSON) from e
 
 
 POSTGRES_TX = re.compile(r"(\d+):\d+")
@@ -262,7 +263,7 @@ def transaction_key(tx_id: str) -> str:
 
 
 def _invalid(record: Received, why: str) -> RejectedError:
-    return RejectedError(f"{record.where}: {why}", code="INVALID_CHANGE_EVENT")
+    return RejectedError(f"{record.where}: {why}", code=Code.INVALID_CHANGE_EVENT)
 
 
 class EventError(RejectedError):
@@ -1083,7 +1084,7 @@ def assemble(
             why = RejectedError(
                 f"source transaction {tx} has no END after {int(waited.total_seconds())} s; "
                 "its events are in quarantine",
-                code="SOURCE_TRANSACTION_INCOMPLETE",
+                code=Code.SOURCE_TRANSACTION_INCOMPLETE,
             )
             transactions.append(SourceTransaction(feed, tx, records, found, why, records[0]))
     chunks: list[SourceTransaction] = []
@@ -1095,7 +1096,7 @@ def assemble(
             RejectedError(
                 f"source table {unknown[0].table!r} is not mapped to a schema of dataset "
                 f"{feed.dataset!r} (kafka.change_feeds: tables)",
-                code="UNKNOWN_SCHEMA",
+                code=Code.UNKNOWN_SCHEMA,
             )
             if unknown
             else None
@@ -1143,7 +1144,7 @@ def _incomplete(
     return RejectedError(
         f"source transaction {tx} is incomplete after {int(waited.total_seconds())} s "
         f"(events received per table: {missing}); its events are in quarantine",
-        code="SOURCE_TRANSACTION_INCOMPLETE",
+        code=Code.SOURCE_TRANSACTION_INCOMPLETE,
     )
 
 

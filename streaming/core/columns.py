@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 
+from streaming.core.codes import Code
 from streaming.core.errors import RejectedError
 
 
@@ -57,7 +58,7 @@ def _loose_match(prop: str, wanted: str, available: Sequence[str]) -> str | None
     matches = [c for c in available if loose(c) == loose(wanted)]
     if len(matches) > 1:
         raise RejectedError(
-            f"columns {matches} all match property {prop!r}", code="AMBIGUOUS_COLUMN"
+            f"columns {matches} all match property {prop!r}", code=Code.AMBIGUOUS_COLUMN
         )
     return matches[0] if matches else None
 

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from streaming.core.codes import Code
 from streaming.core.errors import RejectedError
 
 DMS_OP = "Op"
@@ -30,7 +31,7 @@ def invalid_dms_operation(where: str, row: int, value: str | None, rows: int) ->
     shown = "NULL" if value is None else repr(value)
     more = f" ({rows} rows have an Op that is not I, U or D)" if rows > 1 else ""
     return RejectedError(
-        f"{where}: row {row}: Op {shown} is not I, U or D{more}", code="INVALID_DMS_OPERATION"
+        f"{where}: row {row}: Op {shown} is not I, U or D{more}", code=Code.INVALID_DMS_OPERATION
     )
 
 
@@ -42,24 +43,24 @@ def parquet_frame_error(where: str, size: int, head: bytes, tail: bytes) -> Reje
         return RejectedError(
             f"{where}: the file is empty (0 bytes): was it listed while it was still being "
             "written? Land files complete (write elsewhere, then rename or copy them in)",
-            code="EMPTY_FILE",
+            code=Code.EMPTY_FILE,
         )
     if head[: len(PARQUET_MAGIC)] != PARQUET_MAGIC:
         return RejectedError(
             f"{where}: not a Parquet file ({size} bytes; it does not start with 'PAR1')",
-            code="UNREADABLE_DATA",
+            code=Code.UNREADABLE_DATA,
         )
     if size < _SMALLEST or tail[-len(PARQUET_MAGIC) :] != PARQUET_MAGIC:
         return RejectedError(
             f"{where}: truncated Parquet file ({size} bytes): it starts as Parquet does but does "
             "not end with a Parquet footer: was it read while it was still being written?",
-            code="TRUNCATED_FILE",
+            code=Code.TRUNCATED_FILE,
         )
     footer = int.from_bytes(tail[-PARQUET_TAIL : -len(PARQUET_MAGIC)], "little")
     if footer > size - _SMALLEST:
         return RejectedError(
             f"{where}: not a valid Parquet file ({size} bytes): its footer would be {footer} "
             "bytes long",
-            code="UNREADABLE_DATA",
+            code=Code.UNREADABLE_DATA,
         )
     return None

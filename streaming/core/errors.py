@@ -16,11 +16,13 @@
 
 from __future__ import annotations
 
+from streaming.core.codes import Code
+
 
 class CdcError(Exception):
     """Base class: a message for humans and a stable code for machines."""
 
-    code: str = "INTERNAL_ERROR"
+    code: str = Code.INTERNAL_ERROR
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
@@ -38,51 +40,51 @@ class CdcError(Exception):
 class RejectedError(CdcError):
     """The request is invalid; ``code`` names why (INVALID_JSON, UNKNOWN_SCHEMA, ...)."""
 
-    code = "INVALID_REQUEST"
+    code = Code.INVALID_REQUEST
 
 
 class FailedError(CdcError):
     """Applying a valid request failed; nothing of its transaction was applied."""
 
-    code = "APPLY_FAILED"
+    code = Code.APPLY_FAILED
 
 
 class ConfigError(CdcError):
     """Configuration or dataset definition error, raised at startup. The message names the key."""
 
-    code = "CONFIG_ERROR"
+    code = Code.CONFIG_ERROR
 
 
 class CheckpointHeld(CdcError):
     """Another live runner holds the checkpoint's lease (``core.lease``): this one does not start.
     The message names the holder (host, pid, since) and when its lease expires."""
 
-    code = "CHECKPOINT_HELD"
+    code = Code.CHECKPOINT_HELD
 
 
 class LeaseLost(CdcError):
     """This runner's lease was taken by another (it was not renewed in time: the process was
     frozen, or cut off from the store): the job stops before its next commit."""
 
-    code = "LEASE_LOST"
+    code = Code.LEASE_LOST
 
 
 class StorageFull(CdcError):
     """The warehouse or checkpoints' storage is full (``core.failures``)."""
 
-    code = "STORAGE_FULL"
+    code = Code.STORAGE_FULL
 
 
 class StorageNotWritable(CdcError):
     """The warehouse or checkpoints cannot be written (``core.failures``)."""
 
-    code = "STORAGE_NOT_WRITABLE"
+    code = Code.STORAGE_NOT_WRITABLE
 
 
 class QueryFailed(CdcError):
     """The streaming query failed for another reason (``core.failures``)."""
 
-    code = "QUERY_FAILED"
+    code = Code.QUERY_FAILED
 
 
 class StorageUnavailable(CdcError):
@@ -91,11 +93,11 @@ class StorageUnavailable(CdcError):
     The batch fails and the sink retries it (``storage_retry``); after the last attempt the job
     ends with this code."""
 
-    code = "STORAGE_UNAVAILABLE"
+    code = Code.STORAGE_UNAVAILABLE
 
 
 class UnsupportedPlatform(CdcError):
     """The running Spark or Delta is not a version this code supports (``core.versions``): the
     job refuses to start. The message names what runs, what is supported and what to do."""
 
-    code = "UNSUPPORTED_PLATFORM"
+    code = Code.UNSUPPORTED_PLATFORM

@@ -34,6 +34,7 @@ from decimal import Decimal
 from string import hexdigits
 from typing import Any, Protocol, TypeAlias
 
+from streaming.core.codes import Code
 from streaming.core.errors import RejectedError
 
 
@@ -529,7 +530,7 @@ def _bind(where: str, argument: Argument, value: object, is_list: bool) -> objec
         wanted += " (the argument is required: not null)"
     raise RejectedError(
         f"{where}: argument {argument.name!r} must be {wanted}, got {_shown(value)}",
-        code="ARGUMENT_TYPE_MISMATCH",
+        code=Code.ARGUMENT_TYPE_MISMATCH,
     )
 
 
@@ -551,12 +552,12 @@ def bind_arguments(
         listed = ", ".join(declared_names) or "none"
         raise RejectedError(
             f"{where}: unknown argument {', '.join(map(repr, unknown))} (declared: {listed})",
-            code="UNKNOWN_ARGUMENT",
+            code=Code.UNKNOWN_ARGUMENT,
         )
     missing = [f"{a.name!r} ({a.type})" for a in declared if a.name not in given]
     if missing:
         raise RejectedError(
-            f"{where}: missing argument {', '.join(missing)}", code="MISSING_ARGUMENT"
+            f"{where}: missing argument {', '.join(missing)}", code=Code.MISSING_ARGUMENT
         )
     lists = _list_names(expression) if expression is not None else set()
     return {a.name: _bind(where, a, given[a.name], a.name in lists) for a in declared}

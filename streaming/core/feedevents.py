@@ -43,6 +43,7 @@ from streaming.core.changefeed import (
     request_for,
     staged_row,
 )
+from streaming.core.codes import Code
 from streaming.core.errors import RejectedError
 from streaming.core.fold import FLAGS
 
@@ -398,7 +399,7 @@ def decide(
             why = RejectedError(
                 f"source transaction {t.tx} has no END after {int(waited.total_seconds())} s; "
                 "its events are in quarantine",
-                code="SOURCE_TRANSACTION_INCOMPLETE",
+                code=Code.SOURCE_TRANSACTION_INCOMPLETE,
             )
             transactions.append(Ready(feed, t.tx, t.tx, where(t.first), t.first_received_at, why))
     chunks: list[Ready] = []
@@ -408,7 +409,7 @@ def decide(
             RejectedError(
                 f"source table {c.unknown!r} is not mapped to a schema of dataset "
                 f"{feed.dataset!r} (kafka.change_feeds: tables)",
-                code="UNKNOWN_SCHEMA",
+                code=Code.UNKNOWN_SCHEMA,
             )
             if c.unknown is not None
             else None
@@ -433,7 +434,7 @@ def _incomplete(feed: Feed, t: TxSummary, waited: float) -> RejectedError:
     return RejectedError(
         f"source transaction {t.tx} is incomplete after {int(waited)} s "
         f"(events received per table: {missing}); its events are in quarantine",
-        code="SOURCE_TRANSACTION_INCOMPLETE",
+        code=Code.SOURCE_TRANSACTION_INCOMPLETE,
     )
 
 

@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 
 from streaming.core.catalog import Dataset, SchemaDef
 from streaming.core.changefeed import Feed, column_mapping
+from streaming.core.codes import Code
 from streaming.core.columns import ColumnFormat
 from streaming.core.errors import RejectedError
 from streaming.core.expressions import (
@@ -169,7 +170,7 @@ def resolve_location(uri: str, *, base_dir: str, allowed: list[str]) -> Location
         raise RejectedError(
             f"locationUri {uri!r}: the scheme {parsed.scheme!r} is not one data is read from "
             f"({', '.join(sorted(readable))} or a local path)",
-            code="UNSUPPORTED_SCHEME",
+            code=Code.UNSUPPORTED_SCHEME,
         )
     if parsed.scheme in ("", "file"):
         raw = parsed.path if parsed.scheme == "file" else uri
@@ -187,7 +188,7 @@ def resolve_location(uri: str, *, base_dir: str, allowed: list[str]) -> Location
             return Location(normalized, local=False)
     raise RejectedError(
         f"locationUri {uri!r} is not under an allowed location {allowed}",
-        code="LOCATION_NOT_ALLOWED",
+        code=Code.LOCATION_NOT_ALLOWED,
     )
 
 
@@ -213,13 +214,13 @@ class _Context:
     def dataset(self, name: str) -> Dataset:
         dataset = self.datasets.get(name)
         if dataset is None:
-            raise RejectedError(f"unknown dataset {name!r}", code="UNKNOWN_DATASET")
+            raise RejectedError(f"unknown dataset {name!r}", code=Code.UNKNOWN_DATASET)
         return dataset
 
     def schema(self, dataset: str, fqn: str, what: str) -> SchemaDef:
         schema = self.dataset(dataset).get(fqn)
         if schema is None:
-            raise RejectedError(f"unknown {what} schema {fqn!r}", code="UNKNOWN_SCHEMA")
+            raise RejectedError(f"unknown {what} schema {fqn!r}", code=Code.UNKNOWN_SCHEMA)
         return schema
 
     def reads(self, dataset: str, schema: SchemaDef) -> frozenset[str]:
@@ -247,12 +248,12 @@ def _targets(action: Action, dataset: Dataset, index: int) -> list[SchemaDef]:
             Operation.INSERT_RECORD
         }:
             raise RejectedError(
-                f"actions[{index}]: {action.operation} needs a target", code="MISSING_FIELD"
+                f"actions[{index}]: {action.operation} needs a target", code=Code.MISSING_FIELD
             )
         return [s for s in dataset.schemas.values() if s.kind in kinds]
     schema = dataset.get(action.target)
     if schema is None:
-        raise RejectedError(f"unknown target schema {action.target!r}", code="UNKNOWN_SCHEMA")
+        raise RejectedError(f"unknown target schema {action.target!r}", code=Code.UNKNOWN_SCHEMA)
     if schema.kind not in kinds or (
         action.operation is Operation.REFRESH and not schema.materialized
     ):
@@ -260,7 +261,7 @@ def _targets(action: Action, dataset: Dataset, index: int) -> list[SchemaDef]:
         raise RejectedError(
             f"actions[{index}]: {action.operation} needs {wanted} target; "
             f"{schema.name} is {'a materialized ' if schema.materialized else 'a '}{schema.kind}",
-            code="WRONG_SCHEMA_KIND",
+            code=Code.WRONG_SCHEMA_KIND,
         )
     return [schema]
 
@@ -270,7 +271,7 @@ def _named_query(schema: SchemaDef, name: str, given: Mapping[str, Any], where: 
     if query is None:
         raise RejectedError(
             f"{where}: {schema.name} has no query {name!r} (it has {sorted(schema.queries)})",
-            code="UNKNOWN_QUERY",
+            code=Code.UNKNOWN_QUERY,
         )
     expression = parse_expression(query.expression)
     arguments = bind_arguments(query.arguments, given, f"{where} query {name}")
@@ -295,7 +296,7 @@ def _scope(query: Filter | None, target: SchemaDef, where: str) -> Filter | None
     except ExpressionError as e:
         raise RejectedError(
             f"{where}: query {query.name} cannot select rows of the target {target.name}: {e}",
-            code="QUERY_NOT_APPLICABLE",
+            code=Code.QUERY_NOT_APPLICABLE,
         ) from e
     return query
 
@@ -319,7 +320,7 @@ def _schema_rows(
     unknown = sorted(given.keys() - declared)
     if unknown:
         raise RejectedError(
-            f"{where}: unknown argument(s) {unknown} for {schema.name}", code="UNKNOWN_ARGUMENT"
+            f"{where}: unknown argument(s) {unknown} for {schema.name}", code=Code.UNKNOWN_ARGUMENT
         )
     own = {a.name for a in schema.arguments}
     sql_args = bind_arguments(schema.arguments, {k: v for k, v in given.items() if k in own}, where)
@@ -338,7 +339,7 @@ def _table_rows(action: Action, ctx: _Context, where: str) -> tuple[TableRows, f
         allowed=ctx.allowed_locations,
     )
     if ctx.exists(location.path) != "dir":
-        raise RejectedError(f"{where}: no Delta table at {uri!r}", code="LOCATION_NOT_FOUND")
+        raise RejectedError(f"{where}: no Delta table at {uri!r}", code=Code.LOCATION_NOT_FOUND)
     return TableRows(location.path, is_path=True), frozenset([location.path])
 
 
@@ -353,14 +354,14 @@ def _file_loads(
     if kind_of_location is None:
         raise RejectedError(
             f"actions[{index}]: locationUri {action.location_uri!r} does not exist",
-            code="LOCATION_NOT_FOUND",
+            code=Code.LOCATION_NOT_FOUND,
         )
     fmt = action.format or DataFormat.JSON
     if kind_of_location == "file":  # one data file (e.g. a DMS file) for one target schema
         if action.target is None:
             raise RejectedError(
                 f"actions[{index}]: locationUri is a file; name its schema in 'target'",
-                code="MISSING_FIELD",
+                code=Code.MISSING_FIELD,
             )
         found = [(targets[0], Location(location.path, location.local, is_file=True))]
     else:
@@ -370,7 +371,7 @@ def _file_loads(
         expected = ", ".join("/".join(s.path_parts) for s in targets)
         raise RejectedError(
             f"actions[{index}]: no data under {action.location_uri!r} for {expected}",
-            code="NO_DATA_FOR_SCHEMA",
+            code=Code.NO_DATA_FOR_SCHEMA,
         )
     return [
         (
@@ -395,7 +396,7 @@ def _action_loads(
     targets = _targets(action, ctx.dataset(request.dataset), index)
     if op is Operation.DELETE_RECORD:
         if action.query is None:
-            raise RejectedError(f"{where}: DELETE_RECORD needs a query", code="MISSING_FIELD")
+            raise RejectedError(f"{where}: DELETE_RECORD needs a query", code=Code.MISSING_FIELD)
         target = targets[0]
         scope: Filter | None = _named_query(target, action.query, action.arguments, where)
         return [(target, None, scope, ctx.reads(request.dataset, target))]
@@ -409,7 +410,7 @@ def _action_loads(
                 raise RejectedError(
                     f"{where}: the inputs of {view.name} have {len(having)} queries named "
                     f"{action.query!r}; REFRESH needs exactly one",
-                    code="UNKNOWN_QUERY",
+                    code=Code.UNKNOWN_QUERY,
                 )
             scope = _named_query(having[0], action.query, action.arguments, where)
         inputs_read = {
@@ -429,12 +430,12 @@ def _action_loads(
             reads |= {ctx.layout.table(request.dataset, target.name)}
         return [(target, rows, scope, reads)]
     if op in (Operation.MERGE, Operation.REPLACE):
-        raise RejectedError(f"{where}: {op} needs a source schema", code="MISSING_FIELD")
+        raise RejectedError(f"{where}: {op} needs a source schema", code=Code.MISSING_FIELD)
     assert action.location_uri is not None
     if action.location_uri.startswith(("delta://", "table://")):
         if action.target is None:
             raise RejectedError(
-                f"{where}: a table source needs a target schema", code="MISSING_FIELD"
+                f"{where}: a table source needs a target schema", code=Code.MISSING_FIELD
             )
         table, reads = _table_rows(action, ctx, where)
         return [(targets[0], table, None, reads)]

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from streaming.core.codes import Code
 from streaming.core.columns import ColumnFormat
 from streaming.core.errors import RejectedError
 
@@ -120,9 +121,9 @@ class TransactionRequest(BaseModel):
 
 
 _TOP_LEVEL_CODES = {
-    "transactionId": "MISSING_TRANSACTION_ID",
-    "dataset": "MISSING_DATASET",
-    "actions": "MISSING_ACTIONS",
+    "transactionId": Code.MISSING_TRANSACTION_ID,
+    "dataset": Code.MISSING_DATASET,
+    "actions": Code.MISSING_ACTIONS,
 }
 
 
@@ -132,24 +133,24 @@ def _error_code(error: ValidationError) -> str:
     loc, kind = first["loc"], first["type"]
     field = str(loc[-1]) if loc else ""
     if kind == "missing" and len(loc) == 1:
-        return _TOP_LEVEL_CODES.get(field, "MISSING_FIELD")
+        return _TOP_LEVEL_CODES.get(field, Code.MISSING_FIELD)
     if kind == "extra_forbidden":
-        return "UNKNOWN_FIELD"
+        return Code.UNKNOWN_FIELD
     if kind == "invalid_location":
-        return "INVALID_LOCATION"
+        return Code.INVALID_LOCATION
     if field == "operation" and kind == "enum":
-        return "UNKNOWN_OPERATION"
+        return Code.UNKNOWN_OPERATION
     if field == "format" and kind == "enum":
-        return "UNKNOWN_FORMAT"
+        return Code.UNKNOWN_FORMAT
     if field == "columnFormat" and kind == "enum":
-        return "UNKNOWN_COLUMN_FORMAT"
+        return Code.UNKNOWN_COLUMN_FORMAT
     if loc == ("actions",) and kind == "too_short":
-        return "EMPTY_ACTIONS"
+        return Code.EMPTY_ACTIONS
     if loc == ("transactionId",):
-        return "INVALID_TRANSACTION_ID"
+        return Code.INVALID_TRANSACTION_ID
     if kind in ("value_error", "missing"):
-        return "MISSING_FIELD"
-    return "INVALID_FIELD"
+        return Code.MISSING_FIELD
+    return Code.INVALID_FIELD
 
 
 def _describe(error: ValidationError) -> str:
@@ -163,23 +164,23 @@ def decode_json(payload: bytes) -> Any:
     if len(payload) > MAX_REQUEST_BYTES:
         raise RejectedError(
             f"request is {len(payload)} bytes; the limit is {MAX_REQUEST_BYTES}",
-            code="MESSAGE_TOO_LARGE",
+            code=Code.MESSAGE_TOO_LARGE,
         )
     try:
         text = payload.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise RejectedError(f"request is not UTF-8: {e}", code="INVALID_ENCODING") from e
+        raise RejectedError(f"request is not UTF-8: {e}", code=Code.INVALID_ENCODING) from e
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise RejectedError(f"request is not valid JSON: {e}", code="INVALID_JSON") from e
+        raise RejectedError(f"request is not valid JSON: {e}", code=Code.INVALID_JSON) from e
     except RecursionError as e:
         raise _too_deep() from e
 
 
 def _too_deep() -> RejectedError:
     return RejectedError(
-        f"request nests objects/arrays deeper than {MAX_DEPTH} levels", code="TOO_DEEPLY_NESTED"
+        f"request nests objects/arrays deeper than {MAX_DEPTH} levels", code=Code.TOO_DEEPLY_NESTED
     )
 
 
@@ -203,7 +204,7 @@ def _check_structure(value: Any) -> None:
             if not _is_unicode(item):
                 raise RejectedError(
                     "request holds a string that is not Unicode (a lone surrogate escape)",
-                    code="INVALID_ENCODING",
+                    code=Code.INVALID_ENCODING,
                 )
             continue
         if not isinstance(item, (dict, list)):
@@ -223,7 +224,7 @@ def validate_request(value: Any) -> TransactionRequest:
     """Validate a decoded, JSON-shaped request (from JSON or Avro): the codes of ``parse_request``
     after decoding (NOT_AN_OBJECT, MISSING_TRANSACTION_ID, UNKNOWN_FIELD, ...)."""
     if not isinstance(value, dict):
-        raise RejectedError("a request must be a JSON object", code="NOT_AN_OBJECT")
+        raise RejectedError("a request must be a JSON object", code=Code.NOT_AN_OBJECT)
     _check_structure(value)
     try:
         return TransactionRequest.model_validate(value)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from streaming.core.catalog import META_COLUMNS, Dataset, PropertyDef, SchemaDef
+from streaming.core.codes import Code
 from streaming.core.columns import loose
 from streaming.core.errors import CdcError
 
@@ -75,13 +76,13 @@ _VARIABLE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 class SourceSchemaChanged(CdcError):
     """A feed with ``schema_changes: fail`` met a column its schema lacks: the job stops."""
 
-    code = "SOURCE_SCHEMA_CHANGED"
+    code = Code.SOURCE_SCHEMA_CHANGED
 
 
 class SourceTypeChanged(CdcError):
     """A column's type in the source no longer fits its property: the job stops."""
 
-    code = "SOURCE_TYPE_CHANGED"
+    code = Code.SOURCE_TYPE_CHANGED
 
 
 @dataclass(frozen=True)

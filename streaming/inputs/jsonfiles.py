@@ -53,6 +53,7 @@ from pyspark.sql.types import (
 
 from streaming.core.catalog import SchemaDef
 from streaming.core.changes import SEQ_SHIFT
+from streaming.core.codes import Code
 from streaming.core.errors import RejectedError, StorageUnavailable
 from streaming.core.failures import cause, store_trouble
 from streaming.core.fold import ChangeKind
@@ -96,7 +97,7 @@ def read_failure(what: str, error: Exception) -> RejectedError:
     text = java_text(error)
     if store_trouble(text) is not None:
         raise StorageUnavailable(f"{what}: {cause(text)}") from error
-    return RejectedError(f"{what}: {str(error).splitlines()[0]}", code="UNREADABLE_DATA")
+    return RejectedError(f"{what}: {str(error).splitlines()[0]}", code=Code.UNREADABLE_DATA)
 
 
 def batchable(load: Load) -> bool:
@@ -138,7 +139,7 @@ def read_json_loads(
             continue
         if not found:
             refused[load.ordinal] = RejectedError(
-                f"{describe(load)}: no data files", code="UNREADABLE_DATA"
+                f"{describe(load)}: no data files", code=Code.UNREADABLE_DATA
             )
             continue
         files[load.ordinal] = found

@@ -42,6 +42,7 @@ from pyspark.util import inheritable_thread_target
 
 from streaming.core.catalog import SchemaDef
 from streaming.core.changes import SEQ_SHIFT
+from streaming.core.codes import Code
 from streaming.core.columns import ColumnFormat, resolve_columns
 from streaming.core.datafiles import (
     DMS_DELETE,
@@ -101,7 +102,7 @@ def _read_files(spark: SparkSession, files: Files) -> DataFrame:
         )
         reader = spark.read.option("columnNameOfCorruptRecord", CORRUPT)
         return reader.parquet(path) if parquet else reader.json(path)
-    raise RejectedError(f"format {files.format} is not supported yet", code="UNSUPPORTED_FORMAT")
+    raise RejectedError(f"format {files.format} is not supported yet", code=Code.UNSUPPORTED_FORMAT)
 
 
 def _parquet(files: Files) -> bool:
@@ -258,7 +259,7 @@ def resolve_sources(load: Load, columns: Sequence[str]) -> tuple[dict[str, str],
         sources |= {p: f"{VALUE}{p}" for p in props if f"{VALUE}{p}" in columns}
     if schema.is_object and "id" not in sources:
         raise RejectedError(
-            f"{_describe(load)}: no id column for {schema.name}", code="MISSING_ID_COLUMN"
+            f"{_describe(load)}: no id column for {schema.name}", code=Code.MISSING_ID_COLUMN
         )
     present = [] if load.kind is ChangeKind.DELETE else [p for p in props if p in sources]
     return sources, present
@@ -596,7 +597,7 @@ def _changes_of(
         raise RejectedError(
             f"{_describe(load)}: the column types of {uncastable} cannot hold the schema's types "
             f"{ {p: types[p].simpleString() for p in uncastable} }",
-            code="TYPE_MISMATCH",
+            code=Code.TYPE_MISMATCH,
         )
     values: dict[str, Column] = {p: F.lit(None).cast(types[p]) for p in props}
     bad: list[tuple[str, Column]] = []
@@ -777,7 +778,7 @@ def check_loads(
         keyed = load.schema.is_object
         if row["corrupt"]:
             errors[load.ordinal] = RejectedError(
-                f"{where}: {row['corrupt']} record(s) are not valid", code="CORRUPT_RECORD"
+                f"{where}: {row['corrupt']} record(s) are not valid", code=Code.CORRUPT_RECORD
             )
         elif row["bad_ops"]:
             first = row["first_bad_op"]
@@ -786,11 +787,11 @@ def check_loads(
             )
         elif row["no_id"] and keyed:
             errors[load.ordinal] = RejectedError(
-                f"{where}: {row['no_id']} record(s) have no id", code="MISSING_ID"
+                f"{where}: {row['no_id']} record(s) have no id", code=Code.MISSING_ID
             )
         elif repeated and keyed and not _many_changes_per_key(load):
             errors[load.ordinal] = RejectedError(
-                f"{where}: {repeated} id(s) appear more than once", code="DUPLICATE_ID"
+                f"{where}: {repeated} id(s) appear more than once", code=Code.DUPLICATE_ID
             )
         elif row["bad_rows"]:
             mistyped.append(load.ordinal)
@@ -799,7 +800,7 @@ def check_loads(
         errors[number] = RejectedError(
             f"{_where(load)}: values of {columns} do not match the schema's types "
             f"({_types_named(load, columns)})",
-            code="TYPE_MISMATCH",
+            code=Code.TYPE_MISMATCH,
         )
     return errors
 

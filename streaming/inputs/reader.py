@@ -26,6 +26,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streaming.core.catalog import ARG_PATTERN, REF_PATTERN, Dataset, SchemaDef
+from streaming.core.codes import Code
 from streaming.core.columns import ColumnFormat, source_name
 from streaming.core.errors import RejectedError
 from streaming.core.layout import Layout
@@ -44,7 +45,7 @@ def column_of(df: DataFrame, name: str) -> Column:
     if len(matches) != 1:
         raise RejectedError(
             f"the query's field {name!r} matches columns {matches} of the source",
-            code="QUERY_NOT_APPLICABLE",
+            code=Code.QUERY_NOT_APPLICABLE,
         )
     return df[f"`{matches[0]}`"]
 

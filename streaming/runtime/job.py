@@ -34,6 +34,7 @@ from streaming.apply.scd2 import backfill
 from streaming.core.batch import decode_json_request
 from streaming.core.catalog import Dataset, load_dataset
 from streaming.core.changefeed import Feed, decode_json_value, feed_of
+from streaming.core.codes import Code
 from streaming.core.config import AppConfig
 from streaming.core.errors import CdcError, ConfigError
 from streaming.core.failures import query_failure
@@ -376,7 +377,7 @@ class Job:
             with shutdown.handling() if signals else contextlib.nullcontext(shutdown):
                 while not _ended(query):
                     if self.lease is not None and self.lease.lost is not None:
-                        shutdown.request("LEASE_LOST")
+                        shutdown.request(Code.LEASE_LOST)
                     if shutdown.requested:
                         stop = self._stop_on_signal(query, shutdown)
                         break

@@ -29,6 +29,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from streaming.core.changefeed import Feed
+from streaming.core.codes import Code
 from streaming.core.errors import CdcError, ConfigError
 from streaming.core.outcomes import Outcome, Status
 
@@ -271,7 +272,7 @@ def serve(metrics: Metrics, host: str, port: int) -> Exporter:
                 f"metrics.port {port} on {host} is in use (another job's metrics, or another "
                 "server): set metrics.port (CDC_METRICS__PORT) to a free port, or stop what "
                 "listens there",
-                code="METRICS_PORT_IN_USE",
+                code=Code.METRICS_PORT_IN_USE,
             ) from e
         raise ConfigError(f"metrics.host {host!r}, metrics.port {port}: cannot bind: {e}") from e
     exporter = Exporter(server, thread)

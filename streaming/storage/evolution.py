@@ -51,6 +51,7 @@ from pyspark.sql.types import (
 )
 
 from streaming.core.catalog import Dataset, SchemaDef
+from streaming.core.codes import Code
 from streaming.core.errors import ConfigError
 from streaming.core.layout import Layout
 from streaming.storage.commits import session_conf
@@ -89,7 +90,7 @@ Role = Literal["current", "history", "tombstones", "scd2"]
 class IncompatibleSchemaChange(ConfigError):
     """A dataset definition changed in a way its tables cannot follow; the job does not start."""
 
-    code = "INCOMPATIBLE_SCHEMA_CHANGE"
+    code = Code.INCOMPATIBLE_SCHEMA_CHANGE
 
 
 # -- the comparison (pure) --------------------------------------------------------------------

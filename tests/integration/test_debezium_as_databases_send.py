@@ -31,8 +31,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from streaming.core.changefeed import Received, is_unavailable
-from streaming.runtime.job import Job
-from tests.support import Workspace
+from tests.support import Workspace, streaming_job
 from tests.support.cdc import wait_until
 from tests.support.debezium import send
 from tests.support.kafka import read_topic
@@ -145,83 +144,75 @@ def test_toast_placeholders_truncates_and_a_resent_part_as_postgres_and_debezium
         tables=list(TABLES.values()),
         properties={"skipped.operations": "none"},  # truncates are sent
     )
-    connect.start()
     ws.dataset("docs", DOCS)
     feed = {"name": "docs", "dataset": "docs", "topic_prefix": prefix, "tables": TABLES}
     cfg = ws.feed_config(kafka_broker, prefix, feed, trigger={"interval": "1 second"})
     warehouse = ws.root / "warehouse"
-    job: Job | None = None
-    query = None
-    try:
+    with connect:  # stopped when the block ends, however it ends
         wait_for_slot(pg, connect.slot_name)
         read_topic(kafka_broker.bootstrap, connect.topic("public.docs"), expect=6)
-        job = Job.create(spark, cfg)
-        query = job.start(once=False)
-        wait_until("the snapshot applied", lambda: lake_docs(warehouse) == pg_docs(pg), timeout=240)
+        with streaming_job(spark, cfg):
+            wait_until(
+                "the snapshot applied", lambda: lake_docs(warehouse) == pg_docs(pg), timeout=240
+            )
 
-        # 1. Another column updated: body and tags not sent (the placeholder instead).
-        pg.execute("UPDATE docs SET title = 'v2'")
-        # 2. A new body for one row: its tags still not sent.
-        pg.execute("UPDATE docs SET title = 'v3', body = 'short now' WHERE id = 1")
-        # 3. Rows before a truncate, the truncate, rows after it; and another table's change.
-        with pg.transaction() as cur:
-            cur.execute("INSERT INTO notes VALUES (4, 'd')")
-            cur.execute("TRUNCATE notes")
-            cur.execute("INSERT INTO notes VALUES (5, 'e'), (1, 'a again')")
-            cur.execute("UPDATE docs SET title = 'v4' WHERE id = 2")
-        wait_until(
-            "the three transactions applied",
-            lambda: (
-                len(streamed(warehouse)) == 3
-                and lake_docs(warehouse) == pg_docs(pg)
-                and lake_notes(warehouse) == pg_notes(pg)
-            ),
-            timeout=240,
-        )
+            # 1. Another column updated: body and tags not sent (the placeholder instead).
+            pg.execute("UPDATE docs SET title = 'v2'")
+            # 2. A new body for one row: its tags still not sent.
+            pg.execute("UPDATE docs SET title = 'v3', body = 'short now' WHERE id = 1")
+            # 3. Rows before a truncate, the truncate, rows after it; and another table's change.
+            with pg.transaction() as cur:
+                cur.execute("INSERT INTO notes VALUES (4, 'd')")
+                cur.execute("TRUNCATE notes")
+                cur.execute("INSERT INTO notes VALUES (5, 'e'), (1, 'a again')")
+                cur.execute("UPDATE docs SET title = 'v4' WHERE id = 2")
+            wait_until(
+                "the three transactions applied",
+                lambda: (
+                    len(streamed(warehouse)) == 3
+                    and lake_docs(warehouse) == pg_docs(pg)
+                    and lake_notes(warehouse) == pg_notes(pg)
+                ),
+                timeout=240,
+            )
 
-        # The connector's events really carried the placeholder (else the test proves nothing).
-        docs_topic = read_topic(kafka_broker.bootstrap, connect.topic("public.docs"))
-        values = [json.loads(r.value) for r in docs_topic if r.value is not None]
-        updates = [v["payload"] for v in values if v["payload"]["op"] == "u"]
-        sent = [
-            sum(is_unavailable(u["after"][c], PLACEHOLDER, {"type": kind}) for c, kind in KINDS)
-            for u in updates
-        ]
-        assert sum(sent[:6]) >= 12  # the first update: at least each row's body and blob
+            # The connector's events really carried the placeholder (else the test proves nothing).
+            docs_topic = read_topic(kafka_broker.bootstrap, connect.topic("public.docs"))
+            values = [json.loads(r.value) for r in docs_topic if r.value is not None]
+            updates = [v["payload"] for v in values if v["payload"]["op"] == "u"]
+            sent = [
+                sum(is_unavailable(u["after"][c], PLACEHOLDER, {"type": kind}) for c, kind in KINDS)
+                for u in updates
+            ]
+            assert sum(sent[:6]) >= 12  # the first update: at least each row's body and blob
 
-        # 4. The tail of transaction 1 and its END sent again (a connector restarted from an
-        # offset stored in the middle of it), then a new transaction.
-        first_tx = updates[0]["transaction"]["id"].split(":")[0]
-        tail = [
-            r
-            for r, v in zip([r for r in docs_topic if r.value is not None], values, strict=True)
-            if (v["payload"].get("transaction") or {}).get("id", "").split(":")[0] == first_tx
-        ][-2:]
-        assert len(tail) == 2
-        ends = read_topic(kafka_broker.bootstrap, connect.transaction_topic)
-        end = next(
-            r
-            for r in ends
-            if json.loads(r.value)["payload"]["status"] == "END"
-            and json.loads(r.value)["payload"]["id"].split(":")[0] == first_tx
-        )
-        now = datetime.now(UTC)
-        again = [
-            Received(connect.topic("public.docs"), 0, 0, r.key, r.value, now, now) for r in tail
-        ] + [Received(connect.transaction_topic, 0, 0, end.key, end.value, now, now)]
-        send(kafka_broker.bootstrap, again)
-        pg.execute("UPDATE docs SET title = 'v5' WHERE id = 3")
-        wait_until(
-            "the part sent again found DUPLICATE and the next transaction applied",
-            lambda: len(streamed(warehouse)) == 5 and lake_docs(warehouse) == pg_docs(pg),
-            timeout=90,  # far under max_wait (10 minutes): nothing was held
-        )
-    finally:
-        try:
-            if job is not None and query is not None:
-                job.stop(query)
-        finally:
-            connect.stop()
+            # 4. The tail of transaction 1 and its END sent again (a connector restarted from an
+            # offset stored in the middle of it), then a new transaction.
+            first_tx = updates[0]["transaction"]["id"].split(":")[0]
+            tail = [
+                r
+                for r, v in zip([r for r in docs_topic if r.value is not None], values, strict=True)
+                if (v["payload"].get("transaction") or {}).get("id", "").split(":")[0] == first_tx
+            ][-2:]
+            assert len(tail) == 2
+            ends = read_topic(kafka_broker.bootstrap, connect.transaction_topic)
+            end = next(
+                r
+                for r in ends
+                if json.loads(r.value)["payload"]["status"] == "END"
+                and json.loads(r.value)["payload"]["id"].split(":")[0] == first_tx
+            )
+            now = datetime.now(UTC)
+            again = [
+                Received(connect.topic("public.docs"), 0, 0, r.key, r.value, now, now) for r in tail
+            ] + [Received(connect.transaction_topic, 0, 0, end.key, end.value, now, now)]
+            send(kafka_broker.bootstrap, again)
+            pg.execute("UPDATE docs SET title = 'v5' WHERE id = 3")
+            wait_until(
+                "the part sent again found DUPLICATE and the next transaction applied",
+                lambda: len(streamed(warehouse)) == 5 and lake_docs(warehouse) == pg_docs(pg),
+                timeout=90,  # far under max_wait (10 minutes): nothing was held
+            )
 
     assert lake_docs(warehouse) == pg_docs(pg)
     assert lake_notes(warehouse) == pg_notes(pg) == {"5": "e", "1": "a again"}

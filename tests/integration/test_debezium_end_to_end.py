@@ -26,8 +26,7 @@ import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming.runtime.job import Job
-from tests.support import Workspace, stored_outcomes
+from tests.support import Workspace, stored_outcomes, streaming_job
 from tests.support.cdc import wait_until
 from tests.support.datasets import SHOP
 from tests.support.kafka import read_topic
@@ -130,72 +129,70 @@ def test_postgres_to_delta_equal_after_every_batch_and_at_the_end(
         topic_prefix=prefix,
         tables=list(TABLES.values()),
     )
-    connect.start()
     ws.dataset("shop", SHOP)
     feed = {"name": "shop", "dataset": "shop", "topic_prefix": prefix, "tables": TABLES}
     cfg = ws.feed_config(kafka_broker, prefix, feed, trigger={"interval": "1 second"})
-    job: Job | None = None
-    query = None
     caplog.set_level(logging.INFO, logger="streaming.runtime.sink")
-    try:
+    with connect:  # stopped when the block ends, however it ends
         wait_for_slot(pg, connect.slot_name)
         # The snapshot is in Kafka before the job starts: its first batch takes all of it.
         read_topic(kafka_broker.bootstrap, connect.topic("public.customers"), expect=3)
         read_topic(kafka_broker.bootstrap, connect.topic("public.orders"), expect=2)
-        job = Job.create(spark, cfg)
-        query = job.start(once=False)
-        warehouse = ws.root / "warehouse"
-        wait_until("the snapshot applied", lambda: consistent(warehouse) == states[0], timeout=240)
+        with streaming_job(spark, cfg):
+            warehouse = ws.root / "warehouse"
+            wait_until(
+                "the snapshot applied", lambda: consistent(warehouse) == states[0], timeout=240
+            )
 
-        # The batch that applied it said so, with the rows of each table (the snapshot's end,
-        # Debezium's source.snapshot = last).
-        def said_snapshot() -> list[str]:
-            return [r.getMessage() for r in caplog.records if "initial snapshot" in r.getMessage()]
+            # The batch that applied it said so, with the rows of each table (the snapshot's end,
+            # Debezium's source.snapshot = last).
+            def said_snapshot() -> list[str]:
+                return [
+                    r.getMessage() for r in caplog.records if "initial snapshot" in r.getMessage()
+                ]
 
-        wait_until("the snapshot's end said", lambda: bool(said_snapshot()), timeout=60)
-        said = said_snapshot()
-        assert len(said) == 1, said
-        assert said[0].startswith("feed shop: initial snapshot applied in batch "), said
-        assert said[0].endswith("(5 rows in tables shop.Customer 3, shop.Order 2)"), said
-        workload = [
-            [  # inserts in both tables, an update
-                "INSERT INTO customers VALUES (4, 'Dee', 7.25)",
-                "INSERT INTO orders VALUES (12, 4, 99.99)",
-                "UPDATE customers SET balance = balance - 12.34 WHERE id = 1",
-            ],
-            ["DELETE FROM orders WHERE id = 11", "UPDATE customers SET name = 'Rob' WHERE id = 2"],
-            ["DELETE FROM customers WHERE id = 3"],
-            ["INSERT INTO customers VALUES (3, 'Cyd', 3)"],  # deleted, then inserted again
-            [  # many rows of one table in one transaction, and the other table too
-                "UPDATE customers SET balance = balance + 1",
-                "INSERT INTO orders SELECT g, 1 + g % 4, g / 10.0 FROM generate_series(100, 160) g",
-            ],
-            [
-                "UPDATE orders SET amount = amount * 2 WHERE id % 3 = 0",
-                "DELETE FROM orders WHERE id = 12",
-            ],
-        ]
-        for statements in workload:
-            with pg.transaction() as cur:
-                for statement in statements:
-                    cur.execute(statement)
-            states.append(pg_state(pg))
-            time.sleep(2)  # spread the transactions over batches
-        final = states[-1]
-        wait_until(  # and every outcome recorded: the last batch is at its end
-            "the tables read consistently equal to Postgres's",
-            lambda: (
-                consistent(warehouse) == final
-                and len(stored_outcomes(warehouse)) == 2 + len(workload)
-            ),
-            timeout=240,
-        )
-    finally:
-        try:
-            if job is not None and query is not None:
-                job.stop(query)
-        finally:
-            connect.stop()  # even when stopping the job fails: no Connect JVM left behind
+            wait_until("the snapshot's end said", lambda: bool(said_snapshot()), timeout=60)
+            said = said_snapshot()
+            assert len(said) == 1, said
+            assert said[0].startswith("feed shop: initial snapshot applied in batch "), said
+            assert said[0].endswith("(5 rows in tables shop.Customer 3, shop.Order 2)"), said
+            workload = [
+                [  # inserts in both tables, an update
+                    "INSERT INTO customers VALUES (4, 'Dee', 7.25)",
+                    "INSERT INTO orders VALUES (12, 4, 99.99)",
+                    "UPDATE customers SET balance = balance - 12.34 WHERE id = 1",
+                ],
+                [
+                    "DELETE FROM orders WHERE id = 11",
+                    "UPDATE customers SET name = 'Rob' WHERE id = 2",
+                ],
+                ["DELETE FROM customers WHERE id = 3"],
+                ["INSERT INTO customers VALUES (3, 'Cyd', 3)"],  # deleted, then inserted again
+                [  # many rows of one table in one transaction, and the other table too
+                    "UPDATE customers SET balance = balance + 1",
+                    "INSERT INTO orders SELECT g, 1 + g % 4, g / 10.0 "
+                    "FROM generate_series(100, 160) g",
+                ],
+                [
+                    "UPDATE orders SET amount = amount * 2 WHERE id % 3 = 0",
+                    "DELETE FROM orders WHERE id = 12",
+                ],
+            ]
+            for statements in workload:
+                with pg.transaction() as cur:
+                    for statement in statements:
+                        cur.execute(statement)
+                states.append(pg_state(pg))
+                time.sleep(2)  # spread the transactions over batches
+            final = states[-1]
+            wait_until(  # and every outcome recorded: the last batch is at its end
+                "the tables read consistently equal to Postgres's",
+                lambda: (
+                    consistent(warehouse) == final
+                    and len(stored_outcomes(warehouse)) == 2 + len(workload)
+                ),
+                timeout=240,
+            )
 
     assert delta_state(warehouse) == pg_state(pg)
     batches = versions_per_batch(warehouse)

@@ -31,8 +31,7 @@ import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming.runtime.job import Job
-from tests.support import Workspace, stored_outcomes
+from tests.support import Workspace, stored_outcomes, streaming_job
 from tests.support.cdc import wait_until
 from tests.support.kafka_broker import LocalKafkaBroker
 from tests.support.kafka_connect import (
@@ -88,7 +87,11 @@ class Database:
         raise NotImplementedError
 
     def connector(self, workdir: Path, bootstrap: str, prefix: str) -> DebeziumConnect:
+        """Its connector, not started."""
         raise NotImplementedError
+
+    def ready(self, connect: DebeziumConnect) -> None:
+        """Wait, once ``connect`` started, for what its first records need (nothing here)."""
 
     def state(self) -> State:
         raise NotImplementedError
@@ -166,9 +169,11 @@ class Postgres(Database):
             tables=tables,
             properties=self.properties(),
         )
-        connect.start()
-        wait_for_slot(self.pg, connect.slot_name)
         return connect
+
+    def ready(self, connect: DebeziumConnect) -> None:
+        assert isinstance(connect, DebeziumPostgresConnect)
+        wait_for_slot(self.pg, connect.slot_name)
 
     @contextlib.contextmanager
     def session(self) -> Iterator[Callable[[list[str], float], None]]:
@@ -211,7 +216,6 @@ class MariaDB(Database):
             tables=tables,
             properties=self.properties(),
         )
-        connect.start()
         return connect
 
     @contextlib.contextmanager
@@ -327,35 +331,27 @@ def test_incremental_snapshots_under_concurrent_writes_equal_the_database(
     feed = {"name": "shop", "dataset": "shop", "topic_prefix": prefix, "tables": tables}
     cfg = ws.feed_config(kafka_broker, prefix, feed, trigger={"interval": "1 second"})
     warehouse = ws.root / "warehouse"
-    job: Job | None = None
-    query = None
-    try:
-        job = Job.create(spark, cfg)
-        query = job.start(once=False)
-        ids = itertools.count(ENTRIES + 1)
-        for round_, seed in enumerate((1, 2)):  # the snapshot, then a re-snapshot
-            with Sessions(db, seed, ids) as sessions:
-                time.sleep(0.5)
-                db.signal(f"snapshot-{round_}")
-                wait_until(
-                    f"snapshot {round_}: the ledger's rows read",
-                    lambda: len(delta_state(warehouse)["shop.Entry"]) >= ENTRIES // 2,
-                    timeout=240,
-                )
-                time.sleep(3)  # writes go on past the snapshot's last chunks
-            assert sessions.transactions > 20
-        final = db.state()
-        wait_until(
-            "the Delta tables equal the database's",
-            lambda: delta_state(warehouse) == final,
-            timeout=240,
-        )
-    finally:
-        try:
-            if job is not None and query is not None:
-                job.stop(query)
-        finally:
-            connect.stop()
+    with connect:  # stopped when the block ends, however it ends
+        db.ready(connect)
+        with streaming_job(spark, cfg):
+            ids = itertools.count(ENTRIES + 1)
+            for round_, seed in enumerate((1, 2)):  # the snapshot, then a re-snapshot
+                with Sessions(db, seed, ids) as sessions:
+                    time.sleep(0.5)
+                    db.signal(f"snapshot-{round_}")
+                    wait_until(
+                        f"snapshot {round_}: the ledger's rows read",
+                        lambda: len(delta_state(warehouse)["shop.Entry"]) >= ENTRIES // 2,
+                        timeout=240,
+                    )
+                    time.sleep(3)  # writes go on past the snapshot's last chunks
+                assert sessions.transactions > 20
+            final = db.state()
+            wait_until(
+                "the Delta tables equal the database's",
+                lambda: delta_state(warehouse) == final,
+                timeout=240,
+            )
 
     assert delta_state(warehouse) == db.state()
     recorded = stored_outcomes(warehouse)

@@ -36,8 +36,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from streaming.core.changefeed import binlog_position
-from streaming.runtime.job import Job
-from tests.support import Workspace, stored_outcomes
+from tests.support import Workspace, stored_outcomes, streaming_job
 from tests.support.cdc import wait_until
 from tests.support.datasets import SHOP_MARIADB
 from tests.support.kafka import read_topic
@@ -181,12 +180,9 @@ def test_mariadb_to_delta_equal_after_every_batch_and_at_the_end(
         topic_prefix=prefix,
         tables=list(TABLES.values()),
     )
-    connect.start()
     ws.dataset("shop", SHOP_MARIADB)
     feed = {"name": "shop", "dataset": "shop", "topic_prefix": prefix, "tables": TABLES}
     cfg = ws.feed_config(kafka_broker, prefix, feed, trigger={"interval": "1 second"})
-    job: Job | None = None
-    query = None
     workload = [
         [  # inserts in both tables, an update of several types
             "INSERT INTO customers VALUES (4, 'Dee', 7.25, 'basic', '2001-02-03', "
@@ -216,37 +212,32 @@ def test_mariadb_to_delta_equal_after_every_batch_and_at_the_end(
             "DELETE FROM orders WHERE id = 12",
         ],
     ]
-    try:
+    with connect:  # stopped when the block ends, however it ends
         # The snapshot is in Kafka before the job starts: its first batch takes all of it.
         read_topic(kafka_broker.bootstrap, connect.topic(TABLES["shop.Customer"]), expect=3)
         read_topic(kafka_broker.bootstrap, connect.topic(TABLES["shop.Order"]), expect=2)
-        job = Job.create(spark, cfg)
-        query = job.start(once=False)
-        warehouse = ws.root / "warehouse"
-        wait_until("the snapshot applied", lambda: consistent(warehouse) == states[0], timeout=240)
-        for statements in workload:
-            with db.transaction() as tx:
-                for statement in statements:
-                    tx.execute(statement)
-            states.append(db_state(db))
-            time.sleep(2)  # spread the transactions over batches
-        final = states[-1]
-        wait_until(  # and every outcome recorded: the last batch is at its end
-            "the tables read consistently equal to MariaDB's",
-            lambda: (
-                consistent(warehouse) == final
-                and len(stored_outcomes(warehouse)) == 2 + len(workload)
-            ),
-            timeout=240,
-        )
-        if target := os.environ.get("WRITE_DEBEZIUM_EXAMPLES"):
-            write_examples(kafka_broker.bootstrap, connect, Path(target))
-    finally:
-        try:
-            if job is not None and query is not None:
-                job.stop(query)
-        finally:
-            connect.stop()  # even when stopping the job fails: no Connect JVM left behind
+        with streaming_job(spark, cfg):
+            warehouse = ws.root / "warehouse"
+            wait_until(
+                "the snapshot applied", lambda: consistent(warehouse) == states[0], timeout=240
+            )
+            for statements in workload:
+                with db.transaction() as tx:
+                    for statement in statements:
+                        tx.execute(statement)
+                states.append(db_state(db))
+                time.sleep(2)  # spread the transactions over batches
+            final = states[-1]
+            wait_until(  # and every outcome recorded: the last batch is at its end
+                "the tables read consistently equal to MariaDB's",
+                lambda: (
+                    consistent(warehouse) == final
+                    and len(stored_outcomes(warehouse)) == 2 + len(workload)
+                ),
+                timeout=240,
+            )
+            if target := os.environ.get("WRITE_DEBEZIUM_EXAMPLES"):
+                write_examples(kafka_broker.bootstrap, connect, Path(target))
 
     assert delta_state(warehouse) == db_state(db)
     # The columns have the types the dataset declares: DECIMAL's own size, DATE, TIMESTAMP.

@@ -447,7 +447,11 @@ class Database:
         raise NotImplementedError
 
     def connector(self, workdir: Path, bootstrap: str, prefix: str) -> DebeziumConnect:
+        """Its connector, not started."""
         raise NotImplementedError
+
+    def ready(self, connect: DebeziumConnect) -> None:
+        """Wait, once ``connect`` started, for what its first records need (nothing here)."""
 
     def rows(self) -> dict[str, dict[str, Any]]:
         """id → column → the driver's value (read as ``Column.read`` says), of the rows
@@ -484,7 +488,7 @@ class Postgres(Database):
         self.execute("ALTER TABLE types REPLICA IDENTITY FULL")
 
     def connector(self, workdir: Path, bootstrap: str, prefix: str) -> DebeziumConnect:
-        connect = DebeziumPostgresConnect(
+        return DebeziumPostgresConnect(
             workdir,
             bootstrap,
             self.pg,
@@ -493,9 +497,10 @@ class Postgres(Database):
             # The default a new user gets (the tests' other connectors send decimals as text).
             properties={"decimal.handling.mode": "precise"},
         )
-        connect.start()
+
+    def ready(self, connect: DebeziumConnect) -> None:
+        assert isinstance(connect, DebeziumPostgresConnect)
         wait_for_slot(self.pg, connect.slot_name)
-        return connect
 
     def rows(self) -> dict[str, dict[str, Any]]:
         reads = [(c.read or c.name).replace("bt1_bool", "b1::int::boolean") for c in self.columns]
@@ -526,7 +531,7 @@ class MariaDB(Database):
         self.execute(f"CREATE TABLE types (id int PRIMARY KEY, {body}) DEFAULT CHARSET=utf8mb4")
 
     def connector(self, workdir: Path, bootstrap: str, prefix: str) -> DebeziumConnect:
-        connect = DebeziumMariaDBConnect(
+        return DebeziumMariaDBConnect(
             workdir,
             bootstrap,
             self.db,
@@ -541,8 +546,6 @@ class MariaDB(Database):
                 "enable.time.adjuster": "false",
             },
         )
-        connect.start()
-        return connect
 
     def rows(self) -> dict[str, dict[str, Any]]:
         conn = pymysql.connect(
@@ -595,7 +598,8 @@ def test_every_documented_type_lands_as_the_database_holds_it(
     db.create()
     prefix = f"types{uuid.uuid4().hex[:6]}"
     connect = db.connector(tmp_path_factory.mktemp("connect"), kafka_broker.bootstrap, prefix)
-    try:
+    with connect:  # stopped when the block ends, however it ends
+        db.ready(connect)
         # 1-3: typical, largest, smallest values; 4: NULLs; 5: inserted, then deleted.
         for id_, which in ((1, 0), (2, 1), (3, 2), (5, 0)):
             db.insert(id_, [c.values[which] for c in db.columns])
@@ -612,8 +616,6 @@ def test_every_documented_type_lands_as_the_database_holds_it(
         db.execute("DELETE FROM types WHERE id = 5")
         transactions = 5 + len(bad_ids) + 4
         read_topic(kafka_broker.bootstrap, f"{prefix}.transaction", expect=2 * transactions)
-    finally:
-        connect.stop()
 
     ws.dataset("types", dataset(db.columns))
     feed = {

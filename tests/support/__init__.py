@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import deltalake
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from streaming.core.config import AppConfig, parse_config
 from streaming.runtime.job import Job
+
+
+@contextlib.contextmanager
+def streaming_job(spark: SparkSession, cfg: AppConfig) -> Iterator[tuple[Job, StreamingQuery]]:
+    """The job of ``cfg`` running as a stream (its own trigger) for the block, stopped when the
+    block ends, however it ends. Inside a ``with connect:`` block (``DebeziumConnect``), the
+    job stops first and the connector then, even when stopping the job fails."""
+    job = Job.create(spark, cfg)
+    query = job.start(once=False)
+    try:
+        yield job, query
+    finally:
+        job.stop(query)
 
 
 def request(tid: str, *actions: dict[str, Any], dataset: str = "petstore") -> str:

@@ -29,6 +29,7 @@ import yaml
 
 from streaming.cli.main import build_parser
 from streaming.core.catalog import parse_dataset
+from streaming.core.codes import Code
 from streaming.core.config import AppConfig, parse_config
 from streaming.core.errors import CdcError
 from streaming.core.requests import parse_request
@@ -214,9 +215,10 @@ def _str(node: ast.AST | None) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
-def codes_in_code() -> dict[str, str]:
-    """Every error code the code can produce → where: ``code="X"`` arguments, ``code = "X"``
-    class attributes, string returns of ``*_code`` functions, values of ``*_CODES`` maps."""
+def bare_codes_in_code() -> dict[str, str]:
+    """Error codes written as bare strings where a code is made → where: ``code="X"``
+    arguments, ``code = "X"`` class attributes, string returns of ``*_code`` functions, values
+    of ``*_CODES`` maps. Every code is ``Code.X`` (``streaming.core.codes``): none is found."""
     codes: dict[str, str] = {}
     for file in SOURCES:
         where = str(file.relative_to(ROOT))
@@ -239,6 +241,21 @@ def codes_in_code() -> dict[str, str]:
     return codes
 
 
+def codes_in_code() -> dict[str, str]:
+    """Every ``Code.X`` the code uses → the first file that does."""
+    codes: dict[str, str] = {}
+    for file in SOURCES:
+        where = str(file.relative_to(ROOT))
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "Code"
+            ):
+                codes.setdefault(node.attr, where)
+    return codes
+
+
 def codes_in_troubleshooting() -> set[str]:
     rows = re.findall(
         r"^\| `([A-Z][A-Z0-9_]+)` \|", TROUBLESHOOTING.read_text(encoding="utf-8"), re.M
@@ -252,6 +269,14 @@ def test_code_extraction_finds_codes_of_every_kind() -> None:
     # a keyword argument, a class attribute, a *_CODES map, a *_code function's return
     for code in ("INVALID_JSON", "APPLY_FAILED", "MISSING_DATASET", "UNKNOWN_OPERATION"):
         assert code in codes, code
+
+
+def test_every_code_is_named_once_in_the_enum() -> None:
+    """No code is written as a bare string where one is made; every member of ``Code`` is
+    used; each is its own name (issue 59)."""
+    assert bare_codes_in_code() == {}, "write Code.X (streaming/core/codes.py)"
+    assert set(codes_in_code()) == {c.name for c in Code}
+    assert all(c.value == c.name for c in Code)
 
 
 def test_troubleshooting_lists_exactly_the_codes_of_the_code() -> None:
