@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 from string import hexdigits
-from typing import Any, Protocol, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
 from streaming.core.codes import Code
 from streaming.core.errors import RejectedError
@@ -378,14 +378,18 @@ class _Checker:
         self, fields: Mapping[str, str], arguments: Mapping[str, str], lists: set[str]
     ) -> None:
         self.fields, self.arguments, self.lists = fields, arguments, lists
+        self.resolved: dict[str, bool] = {}
+        """Every name read → whether it is a field (else an argument)."""
 
     def resolve(self, name: str) -> tuple[bool, str]:
         """(is a field, its catalog type)."""
         if name in self.fields and name in self.arguments:
             raise ExpressionError(f"name {name!r} is both a field and an argument (ambiguous)")
         if name in self.fields:
+            self.resolved[name] = True
             return True, self.fields[name]
         if name in self.arguments:
+            self.resolved[name] = False
             return False, self.arguments[name]
         close = difflib.get_close_matches(name, [*self.fields, *self.arguments], n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -453,14 +457,28 @@ class _Checker:
             raise ExpressionError(f"'{op}' cannot compare {_a(left[1])} with {_a(right[1])}")
 
 
-def check_expression(expr: Expr, fields: Mapping[str, str], arguments: Mapping[str, str]) -> None:
+class Resolved(NamedTuple):
+    """The names a checked expression reads: its fields and its arguments."""
+
+    fields: frozenset[str]
+    arguments: frozenset[str]
+
+
+def check_expression(
+    expr: Expr, fields: Mapping[str, str], arguments: Mapping[str, str]
+) -> Resolved:
     """Check names and types. ``fields`` / ``arguments``: name → catalog type ("string", ...).
 
     A name is a field or an argument, never both; operands fit their operators; the whole
-    expression is a condition (boolean)."""
-    kind = _Checker(fields, arguments, _list_names(expr)).kind(expr)
+    expression is a condition (boolean). Returns which names are fields and which arguments."""
+    checker = _Checker(fields, arguments, _list_names(expr))
+    kind = checker.kind(expr)
     if kind != "boolean":
         raise ExpressionError(f"the expression must be a condition (true/false), got {_a(kind)}")
+    read = checker.resolved
+    return Resolved(
+        frozenset(n for n, f in read.items() if f), frozenset(n for n, f in read.items() if not f)
+    )
 
 
 # ---- arguments of a request -------------------------------------------------------------------

@@ -64,7 +64,11 @@ def test_a_type_error_fails_naming_the_key() -> None:
 
 def test_object_meta_columns_and_nested_properties_are_names() -> None:
     text = dog_change("'id != null && version > 1 && created < updated && owner.city == \"x\"'")
-    parse_dataset("petstore", yaml.safe_load(text))
+    dataset = parse_dataset("petstore", yaml.safe_load(text))
+    assert "owner.city" in dataset.schemas["petstore.DogChange"].queries["withStatus"].expression
+    # The same names misspelled are refused: the check read each of them.
+    assert "unknown name 'versio'" in problem(dog_change("'versio > 1'"))
+    assert "unknown name 'owner.town'" in problem(dog_change("'owner.town == \"x\"'"))
 
 
 def test_hash_is_not_a_name_and_a_view_has_only_its_properties() -> None:

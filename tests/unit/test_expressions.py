@@ -230,7 +230,11 @@ def test_names_are_every_identifier_used_once() -> None:
     ],
 )
 def test_well_typed_expressions_pass(text: str) -> None:
-    check_expression(parse_expression(text), FIELDS, ARGS)
+    expr = parse_expression(text)
+    resolved = check_expression(expr, FIELDS, ARGS)
+    # Every name read, each as the field or the argument it is.
+    assert resolved.fields | resolved.arguments == names(expr)
+    assert resolved.fields <= set(FIELDS) and resolved.arguments <= set(ARGS)
 
 
 def test_unknown_name_is_named_with_a_suggestion() -> None:
@@ -253,7 +257,10 @@ def test_a_name_that_is_a_field_and_an_argument_is_ambiguous() -> None:
 
 
 def test_arguments_resolve_when_no_field_has_the_name() -> None:
-    check_expression(parse_expression("inputStatus == 'x'"), {}, {"inputStatus": "string!"})
+    resolved = check_expression(
+        parse_expression("inputStatus == 'x'"), {}, {"inputStatus": "string!"}
+    )
+    assert resolved == (frozenset(), frozenset({"inputStatus"}))
 
 
 @pytest.mark.parametrize(
