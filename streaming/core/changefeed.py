@@ -46,7 +46,7 @@ from streaming.core.columns import loose
 from streaming.core.config import ChangeFeedConfig, duration_seconds
 from streaming.core.errors import ConfigError, RejectedError
 from streaming.core.fold import FLAGS, MISSING
-from streaming.core.sourceschema import SchemaChanges
+from streaming.core.sourceschema import DATES, TIME_DIGITS, TIMESTAMP_UNITS, SchemaChanges
 
 KEY_COLUMN = "__key"
 POSITION_COLUMN = "__position"
@@ -334,12 +334,12 @@ def connect_value(value: Any, schema: Mapping[str, Any] | None) -> Any:
     name = schema.get("name") or ""
     if isinstance(value, date | time):  # Avro's logical types, as fastavro reads them
         return _temporal_text(value)
-    if name in _DATES:
+    if name in DATES:
         try:
             return (date(1970, 1, 1) + timedelta(days=int(value))).isoformat()
         except OverflowError as e:
             raise ValueError(f"{_OUT_OF_RANGE} ({e})") from e
-    scale = _TIMESTAMP_UNITS.get(name)
+    scale = TIMESTAMP_UNITS.get(name)
     if scale is not None:
         seconds, rest = divmod(int(value), scale)
         micros = rest * 1_000_000 // scale
@@ -377,20 +377,6 @@ def connect_value(value: Any, schema: Mapping[str, Any] | None) -> Any:
     return value
 
 
-_DATES = frozenset(("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"))
-_TIMESTAMP_UNITS = {
-    "io.debezium.time.Timestamp": 1_000,
-    "org.apache.kafka.connect.data.Timestamp": 1_000,
-    "io.debezium.time.MicroTimestamp": 1_000_000,
-    "io.debezium.time.NanoTimestamp": 1_000_000_000,
-}
-TIME_DIGITS = {
-    "io.debezium.time.Time": 3,
-    "org.apache.kafka.connect.data.Time": 3,
-    "io.debezium.time.MicroTime": 6,
-    "io.debezium.time.NanoTime": 9,
-}
-"""Connect's and Debezium's times of day (a count since midnight) → the digits of their unit."""
 _INT64_LIMITS = (-(2**63), 2**63 - 1)
 _OUT_OF_RANGE = (
     "outside 0001-01-01..9999-12-31, which no Delta date or timestamp holds (PostgreSQL's "

@@ -54,21 +54,24 @@ _INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
 """Decimal digits an integer of so many bits needs."""
 
 _INTS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
-_DATES = {"io.debezium.time.Date", "org.apache.kafka.connect.data.Date"}
-_TIMESTAMPS = {
-    "io.debezium.time.Timestamp",
-    "io.debezium.time.MicroTimestamp",
-    "io.debezium.time.NanoTimestamp",
-    "io.debezium.time.ZonedTimestamp",
-    "org.apache.kafka.connect.data.Timestamp",
+DATES = frozenset(("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"))
+"""Connect's and Debezium's dates: days since 1970."""
+TIMESTAMP_UNITS = {
+    "io.debezium.time.Timestamp": 1_000,
+    "org.apache.kafka.connect.data.Timestamp": 1_000,
+    "io.debezium.time.MicroTimestamp": 1_000_000,
+    "io.debezium.time.NanoTimestamp": 1_000_000_000,
 }
-_TIMES = {
-    "io.debezium.time.Time",
-    "io.debezium.time.MicroTime",
-    "io.debezium.time.NanoTime",
-    "org.apache.kafka.connect.data.Time",
+"""Connect's and Debezium's timestamps counted since 1970 → their units a second."""
+_TIMESTAMPS = {*TIMESTAMP_UNITS, "io.debezium.time.ZonedTimestamp"}
+TIME_DIGITS = {
+    "io.debezium.time.Time": 3,
+    "org.apache.kafka.connect.data.Time": 3,
+    "io.debezium.time.MicroTime": 6,
+    "io.debezium.time.NanoTime": 9,
 }
-"""Times of day, counted since midnight: they land as text (``core.changefeed.time_text``)."""
+"""Connect's and Debezium's times of day (a count since midnight) → the digits of their unit:
+they land as text (``core.changefeed.time_text``)."""
 _DECIMAL = "org.apache.kafka.connect.data.Decimal"
 _VARIABLE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 
@@ -123,11 +126,11 @@ def column_type(schema: Mapping[str, Any] | None) -> ColumnType:
     base = str(schema.get("type") or "")
     name = str(schema.get("name") or "")
     connect = f"{name} ({base})" if name else base
-    if name in _DATES:
+    if name in DATES:
         return ColumnType("date", "date", connect)
     if name in _TIMESTAMPS:
         return ColumnType("timestamp", "timestamp", connect)
-    if name in _TIMES:
+    if name in TIME_DIGITS:
         return ColumnType("string", "time", connect)
     if name == _DECIMAL:
         parameters = schema.get("parameters") or {}
