@@ -1243,39 +1243,36 @@ def test_a_mariadb_incremental_read_sorts_before_a_transaction_that_committed_af
     assert reads[0] < reads[1] < late
 
 
-def test_a_value_that_cannot_be_converted_is_rejected_not_a_crash() -> None:
-    """What Debezium 3.6.1 sends for PostgreSQL's ``date 'infinity'``: an ``io.debezium.time.Date``
-    of -2147472692 days, outside Python's dates. The conversion raised OverflowError out of the
-    decoder (a failed task, the batch failing again on every retry); the record is now
-    INVALID_CHANGE_EVENT, naming the column, its type and the value, and kept in quarantine."""
+def postgres_insert(column: dict[str, Any], value: Any, offset: int = 7) -> Received:
+    """A PostgreSQL insert into ``public.customers`` of ``id`` 1 and one column of the given
+    Connect schema (``{"field": …, "type": …, "name": …}``), with the converter's schema."""
     schema = {
         "type": "struct",
         "fields": [
             {
                 "field": "after",
                 "type": "struct",
-                "fields": [
-                    {"field": "id", "type": "int32"},
-                    {"field": "d", "type": "int32", "name": "io.debezium.time.Date"},
-                ],
+                "fields": [{"field": "id", "type": "int32"}, column],
             }
         ],
     }
     payload = {
         "before": None,
-        "after": {"id": 1, "d": -2147472692},
+        "after": {"id": 1, column["field"]: value},
         "source": {"connector": "postgresql", "lsn": 10, "sequence": '[null,"10"]'},
         "op": "c",
     }
-    record = Received(
-        "pg.public.customers",
-        0,
-        7,
-        b'{"id": 1}',
-        json.dumps(wrap(payload, schema)).encode(),
-        T0,
-        T0,
-    )
+    value_bytes = json.dumps(wrap(payload, schema)).encode()
+    return Received("pg.public.customers", 0, offset, b'{"id": 1}', value_bytes, T0, T0)
+
+
+def test_a_value_that_cannot_be_converted_is_rejected_not_a_crash() -> None:
+    """What Debezium 3.6.1 sends for PostgreSQL's ``date 'infinity'``: an ``io.debezium.time.Date``
+    of -2147472692 days, outside Python's dates. The conversion raised OverflowError out of the
+    decoder (a failed task, the batch failing again on every retry); the record is now
+    INVALID_CHANGE_EVENT, naming the column, its type and the value, and kept in quarantine."""
+    date_column = {"field": "d", "type": "int32", "name": "io.debezium.time.Date"}
+    record = postgres_insert(date_column, -2147472692)
     with pytest.raises(RejectedError) as e:
         read_debezium(feed(), record, decode_json_value)
     assert e.value.code == "INVALID_CHANGE_EVENT"
@@ -1413,27 +1410,8 @@ shop.Customer:
   properties: {{opensAt: {{type: {kind}}}, sourcePosition: {{type: string}}}}
   watermark: [sourcePosition]
 """
-    schema = {
-        "type": "struct",
-        "fields": [
-            {
-                "field": "after",
-                "type": "struct",
-                "fields": [
-                    {"field": "id", "type": "int32"},
-                    {"field": "opens_at", "type": "int64", "name": "io.debezium.time.MicroTime"},
-                ],
-            }
-        ],
-    }
-    payload = {
-        "before": None,
-        "after": {"id": 1, "opens_at": 36_000_000_000},
-        "source": {"connector": "postgresql", "lsn": 10, "sequence": '[null,"10"]'},
-        "op": "c",
-    }
-    value = json.dumps(wrap(payload, schema)).encode()
-    record = Received("pg.public.customers", 0, 7, b'{"id": 1}', value, T0, T0)
+    micro = {"field": "opens_at", "type": "int64", "name": "io.debezium.time.MicroTime"}
+    record = postgres_insert(micro, 36_000_000_000)
     got = {}
     for kind in ("integer", "string"):
         datasets = {"shop": parse_dataset("shop", yaml.safe_load(shop.format(kind=kind)))}
