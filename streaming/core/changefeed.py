@@ -463,6 +463,25 @@ def plain_json(value: Any) -> Any:
     return str(value)
 
 
+def value_text(value: Any) -> str | None:
+    """A staged row's value as the text a change feed's row holds (``feedevents.decoded``'s
+    ``row``, a ``map<string,string>``): a string as it is, any other JSON value as JSON text — what
+    Spark's JSON reader gives a string field or map value — bytes as base64 and a ``Decimal``
+    as its plain text (``plain_json``). ``inputs.loads`` casts a primitive to its property's type
+    and parses a nested one as JSON."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, Decimal | bytes | bytearray):
+        return str(plain_json(value))
+    # Compact, UTF-8 as it is: the text Spark's reader gives a nested value (a string property
+    # holds it so); a float as Python writes it (Java may write the same double otherwise).
+    return json.dumps(value, default=plain_json, separators=(",", ":"), ensure_ascii=False)
+
+
 def _row(
     values: Any,
     schemas: Mapping[str, Any],
@@ -508,7 +527,7 @@ def _row(
 def _placeholder_marks(placeholder: str) -> tuple[bytes, ...]:
     """What JSON text holding the placeholder in any form ``is_unavailable`` knows holds: its
     text, its base64 text, its first byte as a number (the bytes-as-numbers form)."""
-    text, raw, encoded = _placeholders(placeholder)
+    text, raw, encoded = placeholders(placeholder)
     first = str(raw[0]).encode("ascii") if raw else b""  # b"" is in any text: always scan
     return text.encode("utf-8"), encoded.encode("ascii"), first
 
@@ -522,7 +541,7 @@ def may_hold_placeholder(data: bytes, placeholder: str) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _placeholders(placeholder: str) -> tuple[str, bytes, str]:
+def placeholders(placeholder: str) -> tuple[str, bytes, str]:
     """Debezium's placeholder as text, as bytes (a ``hex:`` value is given as bytes) and as
     base64 text (bytes in JSON); computed once per placeholder, not per value."""
     if placeholder.startswith("hex:"):
@@ -533,6 +552,26 @@ def _placeholders(placeholder: str) -> tuple[str, bytes, str]:
     return text, raw, base64.b64encode(raw).decode("ascii")
 
 
+def placeholder_texts(placeholder: str) -> tuple[str, ...]:
+    """Every form of the placeholder ``is_unavailable`` knows that JSON can carry, as compact
+    JSON text (a string's form unquoted): the text, its base64 (bytes), a one-element array of
+    either, its bytes as an array of numbers, a one-entry map — what Spark's JSON reader gives a
+    column's value read as text (``inputs.changeevents``)."""
+    text, raw, encoded = placeholders(placeholder)
+
+    def compact(value: Any) -> str:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+    return (
+        text,
+        encoded,
+        compact([text]),
+        compact([encoded]),
+        compact(list(raw)),
+        compact({text: text}),
+    )
+
+
 def is_unavailable(value: Any, placeholder: str, schema: Mapping[str, Any] | None = None) -> bool:
     """Whether a column's value is Debezium's stand-in for a value it did not send: the
     placeholder as text (text, JSON, XML, …), as bytes (raw from Avro, base64 in JSON), as a
@@ -541,7 +580,7 @@ def is_unavailable(value: Any, placeholder: str, schema: Mapping[str, Any] | Non
     base64 text is taken for bytes only where the schema says bytes, or where there is none)."""
     if value is None or isinstance(value, int | float):  # numbers and booleans never are
         return False
-    text, raw, encoded = _placeholders(placeholder)
+    text, raw, encoded = placeholders(placeholder)
     kind = (schema or {}).get("type")
     if isinstance(value, str):
         return value == text or (value == encoded and kind in (None, "bytes"))

@@ -37,15 +37,16 @@ from streaming.core.changefeed import (
     Feed,
     Received,
     kafka_where,
-    plain_json,
     read_debezium,
     read_dms,
     request_for,
     staged_row,
+    value_text,
 )
 from streaming.core.codes import Code
 from streaming.core.errors import RejectedError
 from streaming.core.fold import FLAGS
+from streaming.core.sourceschema import field_shape
 
 Kind = Literal["bad", "skip", "begin", "end", "data", "loose"]
 """What a decoded record is: unreadable, nothing to apply (a Kafka tombstone, a DMS control
@@ -73,7 +74,7 @@ DECODED_FIELDS: tuple[tuple[str, str], ...] = (
     ("schema", "string"),
     ("op", "string"),
     ("order", "long"),
-    ("row", "string"),
+    ("row", "map<string,string>"),
     ("columns", "array<string>"),
     ("fields", "string"),
     ("unavailable", "int"),
@@ -83,10 +84,20 @@ DECODED_FIELDS: tuple[tuple[str, str], ...] = (
 """A decoded record (``decoded``): the record as read (so that what waits or is quarantined
 keeps its bytes), then what it is. ``item``: the key of what it belongs to — its source
 transaction (``core.changefeed.transaction_key``), its chunk (``chunk_key``: events without a
-transaction), or itself (an unreadable record: its place). ``row``: the staged row as JSON
-(the DMS shape ``SourceTransaction.rows`` gives), ``columns`` its keys; ``fields``: the Connect
-schemas of the row's columns as JSON (the converter's schema), if any; ``counts``: an END's
-events per data collection as JSON."""
+transaction), or itself (an unreadable record: its place). ``row``: the staged row (the DMS
+shape ``SourceTransaction.rows`` gives), each value as text (``changefeed.value_text``: what
+Spark's JSON reader makes of a value read as a string), ``columns`` its keys; ``fields``: the
+Connect schemas of the row's columns as JSON (the converter's schema), if any; ``counts``: an
+END's events per data collection as JSON."""
+
+
+def fields_text(fields: Mapping[str, Any] | None) -> str | None:
+    """A data event's Connect schemas of its row's columns as a decoded record keeps them: what
+    ``sourceschema.column_type`` reads of each (``field_shape``), as compact JSON."""
+    if not fields:
+        return None
+    shapes = {column: field_shape(schema) for column, schema in fields.items()}
+    return json.dumps(shapes, separators=(",", ":"), ensure_ascii=False)
 
 
 def chunk_key(topic: str, partition: int) -> str:
@@ -134,7 +145,8 @@ def decoded(feed: Feed, record: Received, decode: Decode) -> dict[str, Any]:
     if not isinstance(item, DataEvent):
         out.update(kind=item.status.lower(), item=item.transaction)
         if item.status == "END":
-            out.update(end_id=item.id, counts=json.dumps(dict(item.counts)))
+            counts = json.dumps(dict(item.counts), separators=(",", ":"), ensure_ascii=False)
+            out.update(end_id=item.id, counts=counts)
         return out
     loose = item.transaction is None or feed.transaction_topic is None
     row = staged_row(item)
@@ -145,9 +157,9 @@ def decoded(feed: Feed, record: Received, decode: Decode) -> dict[str, Any]:
         schema=feed.tables.get(item.table),
         op=item.op,
         order=record.offset if loose else item.order,  # a chunk's events: in record order
-        row=json.dumps(row, default=plain_json),
+        row={k: value_text(v) for k, v in row.items()},
         columns=list(row),
-        fields=json.dumps(item.fields) if item.fields else None,
+        fields=fields_text(item.fields),
         unavailable=len(item.unavailable),
         snapshot_last=loose and item.snapshot == SNAPSHOT_LAST,
         incremental=loose and item.snapshot == SNAPSHOT_INCREMENTAL,

@@ -164,6 +164,28 @@ def column_type(schema: Mapping[str, Any] | None) -> ColumnType:
     return ColumnType("string", "text", connect)
 
 
+SHAPE_KEYS = ("type", "name", "parameters", "items")
+SHAPE_DEPTH = 3
+"""What ``column_type`` reads of a column's Connect schema, and how deep into ``items``: an
+array of arrays is text whatever its elements."""
+
+
+def field_shape(schema: Mapping[str, Any], depth: int = SHAPE_DEPTH) -> dict[str, Any]:
+    """A column's Connect schema as far as ``column_type`` reads it (``SHAPE_KEYS``, absent
+    ones left out): what a decoded change event keeps of its converter schema."""
+    out: dict[str, Any] = {}
+    for key in SHAPE_KEYS:
+        value = schema.get(key)
+        if value is None:
+            continue
+        if key == "items":
+            if depth <= 1 or not isinstance(value, dict):
+                continue
+            value = field_shape(value, depth - 1)
+        out[key] = value
+    return out
+
+
 def property_of(type_: str) -> PropertyDef:
     """The property a ``ColumnType.type`` (or a row of ``_system/evolved_properties``) stands
     for: ``integer``, ``decimal(10,2)``, ``array<string>`` …"""

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import unquote
 
 import pyarrow.parquet as pq
@@ -35,7 +35,6 @@ from pyspark.sql.types import (
     MapType,
     NumericType,
     StringType,
-    StructField,
     StructType,
 )
 from pyspark.util import inheritable_thread_target
@@ -451,7 +450,8 @@ class StagedRows(Protocol):
         ...
 
     def rows(self, schema: str, ordinals: Sequence[int]) -> DataFrame:
-        """``__ordinal``, ``__tx``, ``__row``, ``__json`` of the loads ``ordinals``."""
+        """``__ordinal``, ``__tx``, ``__row``, ``__values`` (``map<string,string>``) of the
+        loads ``ordinals``."""
         ...
 
 
@@ -477,10 +477,10 @@ def _events_together(
 
 
 def _events_frame(group: Sequence[Load], reader: Reader, staged: StagedRows) -> DataFrame:
-    """The staged rows of a group of loads, each row's JSON parsed by ``from_json``: a
-    primitive column as text, which ``_changes_of`` casts to the schema's type as it casts a
-    file's column (a value that does not fit is a mistyped value, as in a file), a nested one
-    as the schema's type."""
+    """The staged rows of a group of loads: a primitive column as the text the row holds, which
+    ``_changes_of`` casts to the schema's type as it casts a file's column (a value that does
+    not fit is a mistyped value, as in a file), a nested one parsed as JSON into the schema's
+    type."""
     schema = group[0].schema
     first = group[0].source
     assert isinstance(first, Events)
@@ -493,11 +493,21 @@ def _events_frame(group: Sequence[Load], reader: Reader, staged: StagedRows) -> 
         for f in spark_schema(schema).fields
         if f.name in sources and isinstance(f.dataType, ArrayType | MapType | StructType)
     }
-    shape = StructType([StructField(c, nested.get(c, StringType())) for c in columns])
-    frame = staged.rows(schema.name, [load.ordinal for load in group]).select(
-        "__ordinal", "__tx", F.col("__row").alias(ROW), F.from_json("__json", shape).alias("__e")
+    values = F.col("__values")
+
+    def value(column: str) -> Column:
+        text = values[column]
+        if column not in nested:
+            return text
+        return F.from_json(text, cast(StructType, nested[column]))  # any DataType: its JSON
+
+    frame = staged.rows(schema.name, [load.ordinal for load in group])
+    raw = frame.select(
+        "__ordinal",
+        "__tx",
+        F.col("__row").alias(ROW),
+        *[value(c).alias(c) for c in columns],
     )
-    raw = frame.select("__ordinal", "__tx", ROW, *[F.col("__e")[c].alias(c) for c in columns])
     return _changes_of(group[0], raw, reader, F.col("__ordinal"), F.col("__tx"))
 
 

@@ -32,7 +32,7 @@ from streaming.core.batch import (
     Verdict,
 )
 from streaming.core.catalog import Dataset
-from streaming.core.changefeed import Decode, Feed, Received, utc
+from streaming.core.changefeed import Decode, Feed, Received, decode_json_value, utc
 from streaming.core.changes import SEQ_SHIFT
 from streaming.core.errors import RejectedError
 from streaming.core.feedevents import (
@@ -57,6 +57,8 @@ from streaming.core.feedevents import (
 from streaming.core.layout import Layout
 from streaming.core.plan import Load, plan_staged
 from streaming.core.requests import TransactionRequest
+from streaming.inputs import changeevents
+from streaming.inputs.changeevents import DECODABLE, decodable_feed
 from streaming.runtime.session import unpersist
 from streaming.storage import pending
 from streaming.storage.commits import BatchCommit
@@ -70,6 +72,7 @@ _ARROW = {
     "timestamp": pa.timestamp("us", tz="UTC"),
     "array<string>": pa.list_(pa.string()),
     "boolean": pa.bool_(),
+    "map<string,string>": pa.map_(pa.string(), pa.string()),
 }
 ARROW_SCHEMA = pa.schema([(name, _ARROW[kind]) for name, kind in DECODED_FIELDS])
 DDL = ", ".join(f"`{name}` {kind}" for name, kind in DECODED_FIELDS)
@@ -103,13 +106,39 @@ def _decoder(
             # Column by column (``from_pylist`` looks every field up in every row's dict).
             yield pa.RecordBatch.from_arrays(
                 [
-                    pa.array([row.get(name) for row in out], type=field.type)
+                    pa.array([_arrow_value(row.get(name)) for row in out], type=field.type)
                     for name, field in zip(ARROW_SCHEMA.names, ARROW_SCHEMA, strict=True)
                 ],
                 schema=ARROW_SCHEMA,
             )
 
     return run
+
+
+def _arrow_value(value: Any) -> Any:
+    """A decoded value as Arrow takes it (a map as its entries)."""
+    return list(value.items()) if isinstance(value, dict) else value
+
+
+def _decoded(
+    records: DataFrame, feeds: Sequence[Feed], decode: Decode, cached: list[DataFrame]
+) -> DataFrame:
+    """The records decoded (``DECODED_FIELDS``): by Spark (``inputs.changeevents``) where it
+    reads them, the rest by the Python rules on the executors; cached (listed in ``cached``).
+    A batch whose records Spark reads all runs no Python: one job over the cache asks."""
+    python = _decoder({f.name: f for f in feeds}, decode)
+    if decode is not decode_json_value or not any(decodable_feed(f) for f in feeds):
+        frame = records.mapInArrow(python, DDL).persist()
+        cached.append(frame)
+        return frame
+    frame = changeevents.decode(records, feeds).persist()
+    cached.append(frame)
+    rest = frame.where(~F.col(DECODABLE))
+    if rest.isEmpty():
+        return frame.drop(DECODABLE)
+    slow = rest.select(*RECORD_COLUMNS, "received_at").mapInArrow(python, DDL).persist()
+    cached.append(slow)
+    return frame.where(F.col(DECODABLE)).drop(DECODABLE).unionByName(slow)
 
 
 def _wall_clock(times: pa.Array) -> pa.Array:
@@ -246,17 +275,18 @@ class FeedBatch:
 
     def rows(self, schema: str, ordinals: Sequence[int]) -> DataFrame:
         """The staged rows of the loads ``ordinals`` of ``schema``: ``__ordinal``, ``__tx``,
-        ``__row`` (the row's place in its load) and ``__json`` (the row)."""
+        ``__row`` (the row's place in its load) and ``__values`` (the row: its values as text,
+        ``changefeed.value_text``)."""
         frame = self._staged
         if frame is None:  # only truncates: no rows
             return self.spark.createDataFrame(
-                [], "__ordinal long, __tx string, __row long, __json string"
+                [], "__ordinal long, __tx string, __row long, __values map<string,string>"
             )
         frame = frame.where(F.col("schema") == schema)
         if sorted(ordinals) != sorted(self._ordinals.get(schema, [])):
             wanted = self.spark.createDataFrame(pa.table({"__ordinal": list(ordinals)}))
             frame = frame.join(F.broadcast(wanted), "__ordinal")
-        return frame.select("__ordinal", "__tx", "__row", F.col("row").alias("__json"))
+        return frame.select("__ordinal", "__tx", "__row", F.col("row").alias("__values"))
 
     # -- what the batch records ---------------------------------------------------------------
     def quarantine(
@@ -441,9 +471,7 @@ class ChangeFeeds:
                 cached=cached,
             )
         union = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
-        by_name = {f.name: f for f in self.feeds}
-        decoded_frame = union.mapInArrow(_decoder(by_name, self.decode), DDL).persist()
-        cached.append(decoded_frame)
+        decoded_frame = _decoded(union, self.feeds, self.decode, cached)
         summaries = _summaries(decoded_frame, self.feeds)
         repeated = any(summaries[f.name].repeated for f in self.feeds)
         truncates = any(summaries[f.name].truncates for f in self.feeds)

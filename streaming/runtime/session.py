@@ -38,6 +38,9 @@ _BASE_CONF = {
     # Readers outside Spark (delta-rs, Trino) must read what we write: keep default table features.
     "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",
     "spark.ui.showConsoleProgress": "false",
+    # A map built with a key twice keeps the last value, as a JSON object and a Python dict do
+    # (the default fails the job): change events decoded by Spark (inputs.changeevents).
+    "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     # Compiled code of operators and expressions, shared by all jobs (default 100 classes). A
     # batch plans a few hundred (Delta's own included): with 100, each batch evicted what the
     # next needs and compiled it again — Batch 25 compiled 1,358 classes (16.9 s) instead of

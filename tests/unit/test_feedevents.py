@@ -22,6 +22,7 @@ from streaming.core.changefeed import (
     assemble,
     decode_json_value,
     ends_snapshot,
+    value_text,
 )
 from streaming.core.feedevents import (
     decide,
@@ -42,7 +43,8 @@ TABLES = (CUST, ORD)
 
 
 def _normal(row: dict[str, Any]) -> Any:
-    return json.loads(json.dumps(row, default=str))
+    """A staged row as a decoded record holds it: each value as text."""
+    return {k: value_text(v) for k, v in row.items()}
 
 
 def reference(feed_: Feed, records: Sequence[Received], now, committed) -> dict[str, Any]:
@@ -78,7 +80,7 @@ def ours(feed_: Feed, records: Sequence[Received], now, committed) -> dict[str, 
             pieces = parts_of(item, [c for c in counts if c.item == item.item])
             for piece in pieces:
                 events = staged.get((item.item, piece.schema, piece.seg), [])
-                rows_ = [] if piece.truncate else [json.loads(e["row"]) for e in events]
+                rows_ = [] if piece.truncate else [e["row"] for e in events]
                 rows_ = [r for r in rows_ if r["Op"] != "T"]
                 assert piece.rows == len(rows_)
                 parts.append((piece.location, piece.truncate, rows_))
