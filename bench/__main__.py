@@ -31,11 +31,12 @@ WORKLOADS = (
     "Cold",
     "Latency",
     "Events",
+    "Decode",
     "EventsLatency",
     "CatchUp",
     "Soak",
 )
-DEFAULT = ("W1", "Batch", "W2", "Scale", "FullLoad", "Cold", "Events", "CatchUp")
+DEFAULT = ("W1", "Batch", "W2", "Scale", "FullLoad", "Cold", "Events", "Decode", "CatchUp")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 
-from bench import baselines, batch, catchup, cold, data, events, kafka, soak
+from bench import baselines, batch, catchup, cold, data, decode, events, kafka, soak
 from bench.common import SHUFFLE_PARTITIONS, column_of, rate, say, seed_tables
 from bench.ours import TABLES, OurRun, Workspace, run_job
 from bench.sizes import Sizes
@@ -1112,6 +1112,8 @@ def render(results: dict[str, Any]) -> str:
             )
     if "Cold" in results:
         lines += cold.render_lines(results["Cold"])
+    if "Decode" in results:
+        lines += decode.render_lines(results["Decode"])
     for per_batch, entry in results.get("Sweep", {}).items():
         lines.append(
             f"Sweep    ours, {int(per_batch):>4} transactions per batch {entry['seconds']:>9.1f}s "
@@ -1355,6 +1357,9 @@ def _session_workloads(
         _write(output, results)
     if "Events" in workloads:
         results["Events"] = events.events(spark, sizes, base, brokers.get())
+        _write(output, results)
+    if "Decode" in workloads:
+        results["Decode"] = decode.decode_alone(spark, sizes)
         _write(output, results)
     if "EventsLatency" in workloads:
         results["EventsLatency"] = events.events_latency(spark, sizes, base, brokers.get())

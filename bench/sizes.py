@@ -82,6 +82,8 @@ class Sizes:
     events_changes: int = 200_000
     """Events (issue 35): Debezium change events (in source transactions of 1-5) into two
     tables of ``w2_table_rows`` rows each."""
+    decode_records: int = 1_000_000
+    """Decode (issue 58): Debezium records decoded alone, each contender over the same ones."""
     events_max_per_batch: int = 0
     """Events: ours' ``kafka.max_offsets_per_trigger`` (0 = none: available-now takes every
     event in as few micro-batches as Spark takes)."""
@@ -149,6 +151,7 @@ QUICK = Sizes(
     latency_drain=240.0,
     full_load_rows=100_000,
     events_changes=10_000,
+    decode_records=100_000,
     events_latency_transactions=40,
     catchup_rows=100_000,
     catchup_transactions=2_000,

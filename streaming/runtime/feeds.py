@@ -80,7 +80,7 @@ RECORD_COLUMNS = ("feed", "topic", "partition", "offset", "key", "value", "times
 PLACE = ("topic", "partition", "offset")
 
 
-def _decoder(
+def rules_decoder(
     feeds: Mapping[str, Feed], decode: Decode
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function the executors run over Arrow batches of records (``RECORD_COLUMNS`` and
@@ -126,7 +126,7 @@ def _decoded(
     """The records decoded (``DECODED_FIELDS``): by Spark (``inputs.changeevents``) where it
     reads them, the rest by the Python rules on the executors; cached (listed in ``cached``).
     A batch whose records Spark reads all runs no Python: one job over the cache asks."""
-    python = _decoder({f.name: f for f in feeds}, decode)
+    python = rules_decoder({f.name: f for f in feeds}, decode)
     if decode is not decode_json_value or not any(decodable_feed(f) for f in feeds):
         frame = records.mapInArrow(python, DDL).persist()
         cached.append(frame)

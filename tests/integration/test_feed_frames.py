@@ -180,10 +180,12 @@ def test_a_release_the_stop_interrupts_leaves_the_rest_listed_for_later(
             raise RuntimeError("java.lang.InterruptedException")
         return real(self, blocking)
 
+    cached = list(held)
     monkeypatch.setattr(classic, "unpersist", interrupted)
     with pytest.raises(RuntimeError, match="InterruptedException"):
         batch.release()
-    assert held == [calls[1]] and not manager.isEmpty()
+    # Released last first: the staged events went, the interrupted one and the first stay.
+    assert calls == cached[:0:-1] and held == cached[:2] and not manager.isEmpty()
     monkeypatch.setattr(classic, "unpersist", real)
     batch.release()
     assert held == [] and manager.isEmpty()
