@@ -79,8 +79,9 @@ columns' Connect schemas as far as they are read; ``payload``) and without it (t
 at the top); ``__corrupt``: the text of a record the reader could not take."""
 
 _PARSE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "__corrupt"}
-_INTEGER = "^-?[0-9]{1,18}$"
+_INTEGER = "^-?[0-9]{1,19}$"  # a long's digits (try_cast refuses what does not fit)
 _DIGITS = "^[0-9]{1,18}$"
+_LONG_MIN = -(2**63)
 _DAYS = (-719_162, 2_932_896)  # 0001-01-01 .. 9999-12-31, days since 1970
 _MICROS = (-62_135_596_800_000_000, 253_402_300_799_999_999)
 _BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
@@ -115,7 +116,9 @@ def decodable_feed(feed: Feed) -> bool:
 def _signed(hex_digits: Column, size: Column) -> Column:
     """Big-endian two's complement bytes, as (at most 16) hex digits, as a decimal(20,0)."""
     unsigned = F.conv(hex_digits, 16, 10).cast("decimal(20,0)")
-    wrap = F.pow(F.lit(2.0), size * 8).cast("decimal(20,0)")
+    # 2**(8 * size) exactly (a double's 2**64 cast to a decimal is 18446744073709552000).
+    powers = F.array(*[F.lit(str(1 << (8 * n))) for n in range(9)])
+    wrap = F.element_at(powers, size + 1).cast("decimal(20,0)")
     return F.when(F.substring(hex_digits, 1, 1) >= F.lit("8"), unsigned - wrap).otherwise(unsigned)
 
 
@@ -135,8 +138,10 @@ def _unscaled(raw: Column) -> Column:
 
 def _decimal_text(unscaled: Column, scale: Column) -> Column:
     """``unscaled * 10**-scale`` as plain text, every digit kept (``decimal_text``)."""
-    sign = F.when(unscaled < 0, F.lit("-")).otherwise(F.lit(""))
-    digits = F.abs(unscaled).cast("string")
+    # From the text: Spark's abs() of such a CASE loses the last digits of a 36-digit value.
+    text = unscaled.cast("string")
+    sign = F.when(text.startswith("-"), F.lit("-")).otherwise(F.lit(""))
+    digits = F.regexp_replace(text, "^-", "")
     padded = F.lpad(digits, F.greatest(F.length(digits), scale + 1), F.lit("0"))
     cut = F.length(padded) - scale
     point = F.concat(
@@ -148,13 +153,14 @@ def _decimal_text(unscaled: Column, scale: Column) -> Column:
 
 def _floor_div(count: Column, unit: int) -> Column:
     """``count // unit`` as Python floors it (exact, in longs)."""
-    return F.call_function("div", count - F.pmod(count, F.lit(unit)), F.lit(unit))
+    towards_zero = F.call_function("div", count, F.lit(unit))
+    return towards_zero - F.when((count % unit != 0) & (count < 0), 1).otherwise(0)
 
 
 def _time_text(count: Column, digits: int) -> Column:
     """A count of ``10**-digits`` s since midnight as ``HH:MM:SS[.f]`` (``time_text``)."""
     unit = 10**digits
-    whole = F.abs(count)
+    whole = F.when(count > _LONG_MIN, F.abs(count))
     seconds = _floor_div(whole, unit)
     fraction = F.pmod(whole, F.lit(unit))
     clock = F.format_string(
@@ -192,8 +198,8 @@ def _converted(value: Column, schema: Column, keep_count: Column) -> Column:
     it is): ``struct<value, ok>``, ``ok`` false where the rules' result may differ (the record
     goes to them). ``keep_count``: a time of day into an integer property keeps its count."""
     name = F.coalesce(schema["name"], F.lit(""))
-    integer = value.rlike(_INTEGER)
-    number = F.when(integer, value.try_cast("long"))
+    number = F.when(value.rlike(_INTEGER), value.try_cast("long"))
+    integer = number.isNotNull()
     cases: list[tuple[Column, Column, Column]] = [
         (
             name.isin(*DATES),
@@ -209,7 +215,7 @@ def _converted(value: Column, schema: Column, keep_count: Column) -> Column:
         cases.append((name == unit_name, F.when(fits, _iso_micros(micros)), fits))
     for time_name, digits in TIME_DIGITS.items():
         text = F.when(keep_count, value).otherwise(_time_text(number, digits))
-        cases.append((name == time_name, text, integer))
+        cases.append((name == time_name, text, integer & (number > _LONG_MIN)))
     unscaled = _unscaled(value)
     scale = F.coalesce(schema["parameters"]["scale"], F.lit("0"))
     cases.append(

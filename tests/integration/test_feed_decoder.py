@@ -19,7 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from streaming.core.changefeed import Feed, Received, decode_json_value
+from streaming.core.changefeed import (
+    DataEvent,
+    Feed,
+    Received,
+    decode_json_value,
+    read_debezium,
+)
 from streaming.core.feedevents import DECODED_FIELDS, decoded
 from streaming.inputs.changeevents import DECODABLE, decode
 from tests.support.debezium import T0, Topics, wrap
@@ -60,43 +66,52 @@ def the_feed(*, metadata: bool = True, time_property: str | None = "sourceTime")
     )
 
 
-def _same_value(ours: str | None, theirs: str | None) -> bool:
-    """A value's text: equal, or the same number written otherwise (a float's text)."""
+def _same_value(ours: str | None, theirs: str | None, typed: Any) -> bool:
+    """A value's text: equal; or, where the rules' value (``typed``) is a float, the same
+    double written otherwise; or, nested, the same JSON (its floats the same doubles)."""
     if ours == theirs:
         return True
     if ours is None or theirs is None:
         return False
-    if NUMBER.fullmatch(ours) and NUMBER.fullmatch(theirs):
-        return float(ours) == float(theirs)
-    try:  # a nested value: the same JSON
+    if isinstance(typed, float) and NUMBER.fullmatch(ours):
+        return float(ours) == typed
+    if isinstance(typed, dict | list):
         return bool(json.loads(ours) == json.loads(theirs))
-    except ValueError:
-        return False
+    return False
 
 
-def compare(spark: SparkSession, feed: Feed, records: Sequence[Received]) -> tuple[int, int]:
+def compare(
+    spark: SparkSession, feed: Feed, records: Sequence[Received]
+) -> tuple[int, list[bytes | None]]:
     """Each record through both decoders: Spark's row, where it says it read the record, equals
-    the rules'. Returns (records Spark read, records)."""
+    the rules'. Returns (the records Spark read, the values of those it left to the rules)."""
     rows = [
         (feed.name, r.topic, r.partition, r.offset, r.key, r.value, r.timestamp, r.received_at)
         for r in records
     ]
     frame = spark.createDataFrame(rows, RECORD)
     got = {(r["topic"], r["offset"]): r.asDict() for r in decode(frame, [feed]).collect()}
-    read = 0
+    read, left = 0, []
     for record in records:
         ours = got[(record.topic, record.offset)]
         if not ours[DECODABLE]:
+            left.append(record.value)
             continue
         read += 1
         theirs = decoded(feed, record, decode_json_value)
+        event = read_debezium(feed, record, decode_json_value)
+        typed = dict(event.row or {}) if isinstance(event, DataEvent) else {}
         where = f"{record.value!r}\nkey {record.key!r}"
         for name in WHAT:
             mine, ref = ours[name], theirs.get(name)
             if name == "row" and mine is not None:
                 mine = dict(mine)  # collected through a Java map: its order is ``columns``'s
                 assert ref is not None and set(mine) == set(ref), (name, mine, ref, where)
-                bad = {k: (mine[k], ref[k]) for k in ref if not _same_value(mine[k], ref[k])}
+                bad = {
+                    k: (mine[k], ref[k])
+                    for k in ref
+                    if not _same_value(mine[k], ref[k], typed.get(k))
+                }
                 assert not bad, (bad, where)
             elif name in ("counts", "fields") and mine is not None:
                 assert ref is not None and json.loads(mine) == json.loads(ref), (name, where)
@@ -106,7 +121,7 @@ def compare(spark: SparkSession, feed: Feed, records: Sequence[Received]) -> tup
                 assert mine == (ref or 0), (name, mine, ref, where)
             else:
                 assert mine == ref, (name, mine, ref, where)
-    return read, len(records)
+    return read, left
 
 
 def _record(topic: str, offset: int, key: Any, value: Any) -> Received:
@@ -163,7 +178,7 @@ def test_the_records_real_connectors_wrote_decode_as_the_rules_decode_them(
 ) -> None:
     records = _captured()
     feed = the_feed()
-    read, total = compare(spark, feed, records)
+    read, left = compare(spark, feed, records)
     # Every record a real connector wrote that the rules read is read by Spark but for a
     # decimal wider than 16 bytes (MariaDB's DECIMAL(65)); the others it leaves to the rules are
     # their rejections (PostgreSQL's infinities and interval, MariaDB's BOOLEAN 5).
@@ -172,7 +187,7 @@ def test_the_records_real_connectors_wrote_decode_as_the_rules_decode_them(
         for r in records
         if decoded(feed, r, decode_json_value).get("code") is None and not _wide_decimal(r)
     ]
-    assert read == len(readable), (read, len(readable), total)
+    assert read == len(readable), (read, len(readable), left)
 
 
 def _wide_decimal(record: Received) -> bool:
@@ -232,9 +247,72 @@ def test_a_feeds_events_of_every_kind_are_read_by_spark_as_the_rules_read_them(
         "transaction": None,
     }
     records.append(_record("pg.public.t", 500, {"id": 4, "part": "x"}, value))
-    feed = the_feed()
-    read, total = compare(spark, feed, records)
-    assert read == total == len(records)
+    read, left = compare(spark, the_feed(), records)
+    assert read == len(records) and not left, left
+
+
+def _edges() -> dict[str, list[Any]]:
+    """Values at the edges of each column's conversion, every one a value the rules read."""
+    decimals = [0, 1, -1]
+    for n in range(1, 17):
+        top = 2 ** (8 * n - 1)
+        decimals += [v for v in (top - 1, -top, -top + 1, top // 3) if abs(v) < 10**38]
+    day = 86_400
+    first, last = -62_135_596_800, 253_402_300_799  # 0001-01-01, 9999-12-31T23:59:59 (s)
+    return {
+        "dec": [_b64_int(v) for v in decimals],
+        "dec0": [_b64_int(v) for v in (0, -1, 12345, -(2**63))],
+        "var": [{"scale": sc, "value": _b64_int(v)} for sc in (0, 2, 20) for v in (0, -5, 10**30)],
+        "day": [-719_162, 2_932_896, 0, -1, 19_000],
+        "ms": [first * 1000, last * 1000 + 999, 0, -1, 1],
+        "us": [first * 10**6, last * 10**6 + 999_999, -1, 1_700_000_000_123_456],
+        "ns": [-1, 1, 2**63 - 1, -(2**63)],  # int64: 1677-09-21 .. 2262-04-11
+        "t3": [0, day * 1000 - 1, day * 1000, -3_020_399_000, 3_020_399_000, 1],
+        "t6": [0, day * 10**6, -1, 45_296_789_000, 500],
+        "t9": [0, 1, day * 10**9, 123_456_789_012],
+        "tcount": [0, 3_600_000_000],
+        "year": [1900, 1901, 2155],
+        "f": [1e20, 1.5, -0.0, 1e-7, 123456789.125, 5e-324],
+        "r": [1.1, 3.4e38, -1.5, 0.1],
+        "u": [0, 2**63 - 1],
+        "big": [-(2**63), 2**63 - 1],
+        "s": ["", "é ü 漢", 'a "quoted" \\ back\\slash', "line\nbreak", "1.0", "[1]"],
+        "raw": ["", "AAE=", "/w=="],
+        "b": [True, False],
+        "zoned": ["2024-01-01T10:00:00Z"],
+        "dur": [0, -1, 86_400_000_000],
+        "tags": [[], ["x", "y"], ["é"]],
+        "point": [{"x": 1.5, "y": -2}],
+    }
+
+
+def test_values_at_the_edges_of_every_conversion_are_read_by_spark_as_the_rules_read_them(
+    spark: SparkSession,
+) -> None:
+    """One event a value, with the converter's schema: decimals of every width (the signs at
+    each byte's edge), dates and timestamps at 0001-01-01 and 9999-12-31, times of day past 24 h
+    and below zero, floats, text, bytes, arrays."""
+    records: list[Received] = []
+    for name, values in _edges().items():
+        fields = [{"field": "id", "type": "int32"}, {"field": name, **COLUMNS[name][0]}]
+        schema = {
+            "type": "struct",
+            "fields": [
+                {"type": "struct", "field": p, "fields": fields} for p in ("before", "after")
+            ],
+        }
+        for value in values:
+            event = {
+                "before": None,
+                "after": {"id": len(records), name: value},
+                "source": {"connector": "postgresql", "lsn": 10 + len(records)},
+                "op": "c",
+            }
+            records.append(
+                _record("pg.public.t", len(records), wrap({"id": 1}), wrap(event, schema))
+            )
+    read, left = compare(spark, the_feed(), records)
+    assert read == len(records) and not left, left
 
 
 # -- generated records -----------------------------------------------------------------------
@@ -280,6 +358,10 @@ COLUMNS: dict[str, tuple[dict[str, Any], st.SearchStrategy[Any]]] = {
         },
         st.one_of(
             st.integers(-(10**38) + 1, 10**38 - 1).map(_b64_int),
+            st.integers(-(2**63), 2**63 - 1).map(_b64_int),
+            st.integers(1, 16)
+            .flatmap(lambda n: st.integers(-(2 ** (8 * n - 1)), -1))
+            .map(_b64_int),
             st.integers(-(2**70), 2**70).map(lambda n: _b64_int(n, 17)),
             st.just(""),
             st.just("not base64!"),
@@ -330,9 +412,9 @@ def rows(draw: st.DrawFn, names: Sequence[str]) -> dict[str, Any]:
     out = {"id": draw(st.integers(0, 99))}
     for name in names:
         strategy = COLUMNS[name][1]
-        out[name] = draw(
-            st.one_of(strategy, st.none(), PLACEHOLDERS) if draw(st.booleans()) else strategy
-        )
+        # Mostly a value of the column's kind; now and then null or a placeholder.
+        odd = draw(st.integers(0, 7)) == 0
+        out[name] = draw(st.one_of(st.none(), PLACEHOLDERS) if odd else strategy)
     return out
 
 
