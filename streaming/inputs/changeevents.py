@@ -1,5 +1,9 @@
 """Debezium change events decoded by Spark: one JSON parse a record, on the executors' JVMs.
 
+Not used by the job yet (``runtime.feeds`` decodes with the rules): it runs 2.4-5x the rules'
+time today (bench workload ``Decode``) — higher-order functions run interpreted, a lambda a
+column, and the key's variant parse and the plan's size cost more than expected. Issue 58.
+
 ``core.changefeed.read_debezium`` and ``core.feedevents.decoded`` are the rules, and stay the
 reference and the fallback. ``decode`` computes the same decoded row (``DECODED_FIELDS``) with
 Spark's expressions for every record it can read as those rules do — the JSON converter's
@@ -37,6 +41,7 @@ from streaming.core.changefeed import (
     TIME_COLUMN,
     Feed,
     placeholder_texts,
+    placeholders,
 )
 from streaming.core.feedevents import DECODED_FIELDS
 from streaming.core.fold import FLAGS, MISSING
@@ -94,6 +99,22 @@ _YEAR = "io.debezium.time.Year"
 _CONVERTED = sorted({*DATES, *TIMESTAMP_UNITS, *TIME_DIGITS, _DECIMAL, _VARIABLE_DECIMAL})
 """Connect names whose values the rules rewrite (a placeholder in one goes to the rules)."""
 _OPS = {"c": "I", "r": "I", "u": "U", "d": "D"}
+_CONVERTING_MARKS = (
+    "io.debezium.time.",
+    "org.apache.kafka.connect.data.",
+    "io.debezium.data.VariableScaleDecimal",
+    '"float"',
+    '"float32"',
+    "UNSIGNED",
+)
+"""Text a record's value holds where the rules may rewrite one of its values: the Connect names
+of ``_converted``, a 32-bit float's type, an unsigned column's type (parameters)."""
+
+
+def _first_byte_pattern(placeholder: str) -> str:
+    """A regex any text holding the placeholder as an array of its bytes' numbers matches."""
+    raw = placeholders(placeholder)[1]
+    return f"\\[\\s*{raw[0]}\\s*[,\\]]" if raw else "\\["
 
 
 def decodable_feed(feed: Feed) -> bool:
@@ -412,6 +433,24 @@ def decode(records: DataFrame, feeds: Sequence[Feed]) -> DataFrame:
         f"{f.name}\u0000{t}": sorted(cols) for f in feeds for t, cols in f.integer_columns.items()
     }
     key_id, key_ok = _key_id(F.col("key"))
+    forms = _by_feed(feeds, lambda f: list(placeholder_texts(f.placeholder)))
+    text_form, encoded_form = F.get(forms, 0), F.get(forms, 1)
+    other_forms = F.slice(forms, 3, 4)
+    # Most records need none of it: no column the rules convert (no Connect name they rewrite, no
+    # float, no unsigned type in the text) and no placeholder in any form (the text holds none
+    # of them, nor an escape). Spark runs higher-order functions interpreted, a lambda a column:
+    # those records skip them.
+    first_byte = _by_feed(feeds, lambda f: _first_byte_pattern(f.placeholder))
+    may_hold = (
+        value_text.contains(text_form)
+        | value_text.contains(encoded_form)
+        | value_text.contains("\\")
+        | F.regexp_like(value_text, first_byte)
+    )
+    converts = F.lit(False)
+    for mark in _CONVERTING_MARKS:
+        converts = converts | value_text.contains(mark)
+    simple = F.coalesce(~may_hold & ~converts, F.lit(False))
 
     frame = frame.select(
         "*",
@@ -424,6 +463,7 @@ def decode(records: DataFrame, feeds: Sequence[Feed]) -> DataFrame:
         key_ok.alias("__key_ok"),
         F.coalesce(topic == tx_topic, F.lit(False)).alias("__boundary"),
         table.alias("__table"),
+        simple.alias("__simple"),
     )
     op = F.col("__op")
     mapped = _lookup(_OPS, op)
@@ -446,13 +486,10 @@ def decode(records: DataFrame, feeds: Sequence[Feed]) -> DataFrame:
     before = field("before")
     frame = frame.select(
         "*",
-        convert(part, row_schemas).alias("__row_c"),
-        F.when(~deleting, convert(before, before_schemas)).alias("__before_c"),
+        F.when(~F.col("__simple"), convert(part, row_schemas)).alias("__row_c"),
+        F.when(~F.col("__simple") & ~deleting, convert(before, before_schemas)).alias("__before_c"),
     )
     row_c, before_c = F.col("__row_c"), F.col("__before_c")
-    forms = _by_feed(feeds, lambda f: list(placeholder_texts(f.placeholder)))
-    text_form, encoded_form = F.get(forms, 0), F.get(forms, 1)
-    other_forms = F.slice(forms, 3, 4)
 
     def unavailable(x: Column, schema: Column) -> Column:
         kind = schema["type"]
@@ -477,21 +514,28 @@ def decode(records: DataFrame, feeds: Sequence[Feed]) -> DataFrame:
         )
 
     gaps = F.map_filter(row_c, lambda k, c: unavailable(c["value"], row_schemas[k]))
-    missing = F.when(deleting | row_c.isNull(), F.array().cast("array<string>")).otherwise(
+    simple = F.col("__simple")
+    missing = F.when(deleting | simple | row_c.isNull(), F.array().cast("array<string>")).otherwise(
         F.filter(F.map_keys(gaps), lambda k: kept(k).isNull())
     )
-    values = F.transform_values(
-        row_c,
-        lambda k, c: F.when(~deleting & unavailable(c["value"], row_schemas[k]), kept(k)).otherwise(
-            c["value"]
-        ),
+    values = F.when(simple, part).otherwise(
+        F.transform_values(
+            row_c,
+            lambda k, c: F.when(
+                ~deleting & unavailable(c["value"], row_schemas[k]), kept(k)
+            ).otherwise(c["value"]),
+        )
     )
-    row_ok = F.forall(F.map_values(row_c), lambda c: c["ok"]) & F.coalesce(
+    row_ok = simple | F.forall(F.map_values(row_c), lambda c: c["ok"]) & F.coalesce(
         F.forall(F.map_values(before_c), lambda c: c["ok"]), F.lit(True)
     )
-    placeholders_ok = deleting | ~(
-        F.coalesce(converting(part, row_schemas), F.lit(False))
-        | F.coalesce(converting(before, before_schemas), F.lit(False))
+    placeholders_ok = (
+        simple
+        | deleting
+        | ~(
+            F.coalesce(converting(part, row_schemas), F.lit(False))
+            | F.coalesce(converting(before, before_schemas), F.lit(False))
+        )
     )
 
     source = F.col("__source")
