@@ -50,6 +50,30 @@ from streaming.core.errors import CdcError, ConfigError, RejectedError
 from streaming.core.outcomes import Outcome
 from streaming.core.requests import MAX_REQUEST_BYTES, decode_json
 
+__all__ = [
+    "HEADER",
+    "MAGIC",
+    "OUTCOME_SCHEMA",
+    "REQUEST_SCHEMA",
+    "SCHEMA_NOT_FOUND",
+    "AvroCodec",
+    "AvroRequestDecoder",
+    "ChangeDecoder",
+    "LocalSchemas",
+    "Registry",
+    "RegistryError",
+    "Schema",
+    "SchemaSource",
+    "builtin_schema_text",
+    "codec_for",
+    "connect_schema",
+    "encode",
+    "load_schema",
+    "read_body",
+    "split",
+    "subject_name",
+]
+
 MAGIC = 0
 HEADER = struct.Struct(">bI")
 """Magic byte, then the schema id as an unsigned 32-bit big-endian integer."""

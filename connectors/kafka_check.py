@@ -32,6 +32,25 @@ from streaming.platform.exceptions import java_text
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+__all__ = [
+    "CHECK_TIMEOUT",
+    "CONFLUENT_CLIENT",
+    "SPARK_CLIENT",
+    "CredentialWatch",
+    "KafkaAuthError",
+    "check_client",
+    "check_kafka",
+    "check_spark_source",
+    "describe_settings",
+    "exact_names",
+    "is_refusal",
+    "java_refusal",
+    "kafka_secrets",
+    "kafka_source_options",
+    "refusal_in",
+    "refused",
+]
+
 log = logging.getLogger(__name__)
 
 CHECK_TIMEOUT = 15.0

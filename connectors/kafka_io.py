@@ -19,6 +19,16 @@ from connectors.kafka_check import is_refusal, refused
 from streaming.core.config import KafkaConfig
 from streaming.core.outcomes import Outcome
 
+__all__ = [
+    "FLUSH_STEP",
+    "OutcomePublisher",
+    "decode_outcome",
+    "encode_outcome",
+    "outcome_publisher",
+    "produce",
+    "read_outcomes",
+]
+
 
 class _Delivery:
     def __init__(self) -> None:

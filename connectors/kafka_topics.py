@@ -33,6 +33,17 @@ from streaming.core.codes import Code
 from streaming.core.config import KafkaConfig
 from streaming.core.errors import CdcError
 
+__all__ = [
+    "CREATE_WAIT",
+    "KafkaTopicMissing",
+    "ReadTopic",
+    "Report",
+    "TopicWatch",
+    "create_command",
+    "read_topics",
+    "require_topic",
+]
+
 log = logging.getLogger(__name__)
 
 CREATE_WAIT = 5.0

@@ -45,6 +45,26 @@ from streaming.core.config import KafkaConfig, LandingConfig
 from streaming.platform import hadoop
 from streaming.platform.spark import batch_root_paths, input_files
 
+__all__ = [
+    "BINARY_FILE_SCHEMA",
+    "FEED_RECORDS_PER_TASK",
+    "FETCH_OFFSET_RETRIES",
+    "FETCH_OFFSET_RETRY_MS",
+    "LANDING_GLOBS",
+    "RAW_COLUMNS",
+    "change_feed_records",
+    "change_records",
+    "dms_files",
+    "dms_request",
+    "kafka_requests",
+    "landing_requests",
+    "passed_over_dms_files",
+    "source_log_files",
+    "source_log_paths",
+    "to_raw_requests",
+    "unread_landing_files",
+]
+
 log = logging.getLogger(__name__)
 
 BINARY_FILE_SCHEMA = StructType(

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+__all__ = ["main"]
+
 
 def _unshadow(path: list[str], here: Path) -> list[str]:
     """``path`` without the package folder ``here`` (a folder holding ``__init__.py``)."""

@@ -103,12 +103,12 @@ def _handler(registry: Registry) -> type[BaseHTTPRequestHandler]:
                     subject in registry.subjects
                 ):
                     ids = registry.subjects[subject]
-                    number = len(ids) if version == "latest" else int(version)
-                    schema_id = ids[number - 1]
+                    position = len(ids) if version == "latest" else int(version)
+                    schema_id = ids[position - 1]
                     entry = registry.schemas[schema_id]
                     self._answer(
                         200,
-                        {"subject": subject, "version": number, "id": schema_id, **entry},
+                        {"subject": subject, "version": position, "id": schema_id, **entry},
                     )
                 case _:
                     self._answer(404, {"error_code": 40401, "message": "Subject not found"})

@@ -79,6 +79,19 @@ from streaming.storage.schemas import spark_schema
 from streaming.storage.tables import memory_bytes, one_of, read_table
 from streaming.storage.tombstones import DeletedKeys, later
 
+__all__ = [
+    "BROADCAST_KEYS_MAX",
+    "DRIVER_FOLD_MAX_ROWS",
+    "KEY_PUSHDOWN_MAX",
+    "MERGE_BROADCAST_MAX_BYTES",
+    "REPEATED_KEYS_MAX",
+    "TableResult",
+    "append_history",
+    "apply_to_object_table",
+    "broadcast_limit",
+    "broadcasts",
+]
+
 log = logging.getLogger(__name__)
 
 

@@ -31,6 +31,8 @@ from streaming.storage.commits import BatchCommit, append, idempotent
 from streaming.storage.retry import on_conflict_retry
 from streaming.storage.schemas import spark_schema
 
+__all__ = ["delete_records", "insert_records", "refresh_view", "result"]
+
 
 def insert_records(
     spark: SparkSession, changes: DataFrame, path: str, commit: BatchCommit

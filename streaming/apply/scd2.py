@@ -283,4 +283,4 @@ def backfill(
     return history.count(), read_table(spark, path).count()
 
 
-__all__ = ["backfill", "merge_scd2"]
+__all__ = ["KEY_PUSHDOWN_MAX", "backfill", "merge_scd2"]

@@ -44,6 +44,8 @@ from pyspark.sql.types import (
 from streaming.core.fold import AGGREGATE, MISSING, ChangeKind
 from streaming.storage.reuse import built_once
 
+__all__ = ["first_rows", "fold_rows", "has_map", "supported"]
+
 
 def has_map(dtype: DataType) -> bool:
     """Whether a map is anywhere in ``dtype`` (in arrays and structs too)."""

@@ -19,6 +19,8 @@ from pydantic_core import PydanticUndefined
 
 from streaming.core.config import AppConfig
 
+__all__ = ["HEADER", "default_text", "render", "rows", "type_name"]
+
 HEADER = """\
 # Configuration reference
 

@@ -18,6 +18,8 @@ from pathlib import Path
 from streaming.cli.display import format_table
 from streaming.core.config import load_config
 
+__all__ = ["CONFIG", "EXAMPLE_DATASET", "drop_dms_file", "run_demo", "write_workspace"]
+
 EXAMPLE_DATASET = Path(__file__).parents[1] / "resources" / "petstore.yaml"
 
 CONFIG = """\

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+__all__ = ["format_table"]
+
 
 def _cell(value: Any) -> str:
     if value is None:

@@ -22,6 +22,21 @@ from streaming.runtime.logs import configure_logging
 if TYPE_CHECKING:
     from connectors.avro import AvroCodec
 
+__all__ = [
+    "DEFAULT_CONFIG",
+    "RESULT_COLUMNS",
+    "build_parser",
+    "cmd_config_reference",
+    "cmd_demo",
+    "cmd_maintain",
+    "cmd_publish",
+    "cmd_results",
+    "cmd_run",
+    "cmd_show",
+    "cmd_status",
+    "main",
+]
+
 DEFAULT_CONFIG = "cdc.yaml"
 
 

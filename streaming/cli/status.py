@@ -26,6 +26,8 @@ from streaming.core.outcomes import Status
 from streaming.storage.log import held_files, last_operations, table_state
 from streaming.storage.tables import read_table
 
+__all__ = ["STATUSES", "UPKEEP_WINDOW", "collect_status", "format_status", "table_upkeep"]
+
 STATUSES = [s.value for s in Status]
 UPKEEP_WINDOW = 500
 """The commits ``cdc status`` reads back per table for its last OPTIMIZE and VACUUM."""

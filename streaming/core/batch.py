@@ -23,6 +23,22 @@ from streaming.core.requests import (
     validate_request,
 )
 
+__all__ = [
+    "Admitted",
+    "Committed",
+    "RawRequest",
+    "Refused",
+    "Repeated",
+    "RequestDecoder",
+    "SourcePosition",
+    "Verdict",
+    "decode_json_request",
+    "in_source_order",
+    "split_landing_file",
+    "transaction_ids",
+    "triage",
+]
+
 
 @dataclass(frozen=True)
 class SourcePosition:

@@ -42,6 +42,28 @@ from streaming.core.columns import ColumnFormat
 from streaming.core.errors import ConfigError
 from streaming.core.expressions import ExpressionError, check_expression, parse_expression
 
+__all__ = [
+    "ARG_PATTERN",
+    "COMPOSITE_TYPES",
+    "DECIMAL_DIGITS",
+    "META_COLUMNS",
+    "REF_PATTERN",
+    "SCALAR_TYPES",
+    "SCD2_TIME_TYPES",
+    "Dataset",
+    "Name",
+    "NamedQuery",
+    "PropertyDef",
+    "QueryArgument",
+    "Scd2Def",
+    "SchemaDef",
+    "SchemaKind",
+    "TombstoneKey",
+    "load_dataset",
+    "parse_dataset",
+    "query_problems",
+]
+
 SchemaKind = Literal["object", "record", "view", "query", "external"]
 
 SCALAR_TYPES = frozenset(

@@ -13,5 +13,7 @@ with these columns, which ``apply.objects`` folds and writes:
 
 from __future__ import annotations
 
+__all__ = ["SEQ_SHIFT"]
+
 SEQ_SHIFT = 32
 """``__seq >> SEQ_SHIFT`` is the action ordinal of a change (its position in the batch)."""

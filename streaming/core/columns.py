@@ -10,6 +10,8 @@ from enum import StrEnum
 from streaming.core.codes import Code
 from streaming.core.errors import RejectedError
 
+__all__ = ["ColumnFormat", "loose", "resolve_columns", "source_name"]
+
 
 class ColumnFormat(StrEnum):
     """How a data file spells the schema's property ``myField``."""

@@ -28,6 +28,35 @@ from pydantic import (
 
 from streaming.core.errors import ConfigError
 
+__all__ = [
+    "BUILTIN_SCHEMA_PREFIX",
+    "DURATION_UNITS",
+    "ENV_NESTING",
+    "ENV_PREFIX",
+    "JAVA_ONLY_KAFKA_KEYS",
+    "MIN_RETENTION_SECONDS",
+    "AppConfig",
+    "AvroConfig",
+    "ChangeFeedConfig",
+    "Duration",
+    "KafkaConfig",
+    "LandingConfig",
+    "LeaseConfig",
+    "LogConfig",
+    "MetricsConfig",
+    "RegistryConfig",
+    "ShutdownConfig",
+    "SparkConfig",
+    "StorageRetryConfig",
+    "TablesConfig",
+    "TriggerConfig",
+    "UpkeepConfig",
+    "duration_seconds",
+    "load_config",
+    "parse_config",
+    "resolve_path",
+]
+
 ENV_PREFIX = "CDC_"
 ENV_NESTING = "__"
 

@@ -14,6 +14,16 @@ from __future__ import annotations
 from streaming.core.codes import Code
 from streaming.core.errors import RejectedError
 
+__all__ = [
+    "DMS_DELETE",
+    "DMS_OP",
+    "DMS_OPERATIONS",
+    "PARQUET_MAGIC",
+    "PARQUET_TAIL",
+    "invalid_dms_operation",
+    "parquet_frame_error",
+]
+
 DMS_OP = "Op"
 """The operation column of a DMS file (its name is matched in any case)."""
 DMS_OPERATIONS = ("I", "U", "D")

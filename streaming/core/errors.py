@@ -18,6 +18,20 @@ from __future__ import annotations
 
 from streaming.core.codes import Code
 
+__all__ = [
+    "CdcError",
+    "CheckpointHeld",
+    "ConfigError",
+    "FailedError",
+    "LeaseLost",
+    "QueryFailed",
+    "RejectedError",
+    "StorageFull",
+    "StorageNotWritable",
+    "StorageUnavailable",
+    "UnsupportedPlatform",
+]
+
 
 class CdcError(Exception):
     """Base class: a message for humans and a stable code for machines."""

@@ -37,6 +37,23 @@ from typing import Any, NamedTuple, Protocol, TypeAlias
 from streaming.core.codes import Code
 from streaming.core.errors import RejectedError
 
+__all__ = [
+    "Argument",
+    "Binary",
+    "Expr",
+    "ExpressionError",
+    "In",
+    "Literal",
+    "Name",
+    "Resolved",
+    "Unary",
+    "Value",
+    "bind_arguments",
+    "check_expression",
+    "names",
+    "parse_expression",
+]
+
 
 class Argument(Protocol):
     """A declared argument of a named query or a query schema (``core.catalog.QueryArgument``)."""

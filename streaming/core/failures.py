@@ -33,6 +33,17 @@ from streaming.core.errors import (
     StorageUnavailable,
 )
 
+__all__ = [
+    "REPLAY",
+    "cause",
+    "query_failure",
+    "retry_delay",
+    "storage_failure",
+    "storage_retry_line",
+    "storage_unavailable",
+    "store_trouble",
+]
+
 _FULL = re.compile(r"No space left on device|Disk quota exceeded")
 _NOT_WRITABLE = re.compile(
     r"Read-only file system|Permission denied|AccessDeniedException|Access Denied"

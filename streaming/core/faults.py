@@ -30,6 +30,8 @@ import threading
 import time
 from collections import Counter
 
+__all__ = ["CRASH_ENV", "PAUSE_ENV", "POINTS", "crash_point"]
+
 CRASH_ENV = "FAULT_CRASH_AT"
 PAUSE_ENV = "FAULT_PAUSE_AT"
 POINTS = (

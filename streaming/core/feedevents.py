@@ -48,6 +48,35 @@ from streaming.core.errors import RejectedError
 from streaming.core.fold import FLAGS
 from streaming.core.sourceschema import field_shape
 
+__all__ = [
+    "DECODED_FIELDS",
+    "META_COLUMNS",
+    "BadRecord",
+    "ChunkSummary",
+    "Committed",
+    "Decision",
+    "End",
+    "Kind",
+    "PartCount",
+    "Piece",
+    "Place",
+    "Ready",
+    "Summaries",
+    "TxSummary",
+    "chunk_key",
+    "decide",
+    "decoded",
+    "end_counts",
+    "fields_text",
+    "part_counts",
+    "parts_of",
+    "request_of",
+    "source_columns",
+    "staged_events",
+    "summarize",
+    "where",
+]
+
 Kind = Literal["bad", "skip", "begin", "end", "data", "loose"]
 """What a decoded record is: unreadable, nothing to apply (a Kafka tombstone, a DMS control
 record), a transaction's BEGIN or END, a data event of a transaction, a data event without

@@ -33,6 +33,23 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
+__all__ = [
+    "AGGREGATE",
+    "EFFECTS",
+    "FLAGS",
+    "MISSING",
+    "Change",
+    "ChangeKind",
+    "Effect",
+    "Folded",
+    "HistoryEntry",
+    "Stored",
+    "Watermark",
+    "apply_change",
+    "fold",
+    "watermark_key",
+]
+
 Effect = Literal["inserted", "updated", "deleted", "unchanged", "skipped", "stale"]
 EFFECTS: tuple[Effect, ...] = ("inserted", "updated", "deleted", "unchanged", "skipped", "stale")
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = ["CURRENT_FILE_MIB", "Layout", "ObjectTable"]
+
 CURRENT_FILE_MIB = 32
 """The file size ``cdc maintain`` aims at in current tables. Delta's default (1 GB) suits tables
 that are only appended to; a MERGE that changes one key of a file rewrites all of it."""

@@ -24,6 +24,25 @@ from datetime import datetime, timedelta
 
 from streaming.core.errors import CheckpointHeld, LeaseLost
 
+__all__ = [
+    "DIGITS",
+    "FOLDER",
+    "SUFFIX",
+    "Holder",
+    "Record",
+    "epoch_of",
+    "file_name",
+    "gone",
+    "held",
+    "held_unreadable",
+    "lost",
+    "may_take",
+    "released",
+    "renewed",
+    "retaken",
+    "taken",
+]
+
 FOLDER = "lease"
 """The lease's folder in the checkpoint."""
 SUFFIX = ".json"

@@ -7,6 +7,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+__all__ = ["ActionOutcome", "ErrorInfo", "Outcome", "Status"]
+
 
 class Status(StrEnum):
     COMMITTED = "COMMITTED"

@@ -31,6 +31,23 @@ from streaming.core.fold import ChangeKind
 from streaming.core.layout import Layout
 from streaming.core.requests import Action, DataFormat, Operation, TransactionRequest
 
+__all__ = [
+    "DEFAULT_COLUMN_FORMAT",
+    "READABLE_SCHEMES",
+    "Events",
+    "Files",
+    "Filter",
+    "Load",
+    "Location",
+    "PlannedTransaction",
+    "SchemaRows",
+    "Source",
+    "TableRows",
+    "plan_staged",
+    "plan_transaction",
+    "resolve_location",
+]
+
 DEFAULT_COLUMN_FORMAT = {
     DataFormat.JSON: ColumnFormat.AS_SPECIFIED,
     DataFormat.PARQUET: ColumnFormat.AS_SPECIFIED,

@@ -12,6 +12,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+__all__ = [
+    "JAAS_KEY",
+    "MASK",
+    "is_secret_key",
+    "option_secrets",
+    "redact_options",
+    "redact_value",
+    "scrub",
+]
+
 MASK = "**********"
 
 JAAS_KEY = "sasl.jaas.config"

@@ -25,6 +25,20 @@ from streaming.core.codes import Code
 from streaming.core.columns import ColumnFormat
 from streaming.core.errors import RejectedError
 
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_REQUEST_BYTES",
+    "Action",
+    "DataFormat",
+    "Operation",
+    "TransactionRequest",
+    "decode_json",
+    "parse_request",
+    "salvage_transaction_id",
+    "transaction_id_of",
+    "validate_request",
+]
+
 MAX_REQUEST_BYTES = 1_000_000
 """A request names its data by location; a message this large is a mistake (MESSAGE_TOO_LARGE)."""
 MAX_DEPTH = 64

@@ -14,6 +14,15 @@ from streaming.core.outcomes import ActionOutcome, ErrorInfo, Outcome, Status
 from streaming.core.plan import Events, PlannedTransaction
 from streaming.core.scd2 import scd2_key
 
+__all__ = [
+    "LoadsDone",
+    "batch_outcomes",
+    "committed",
+    "duplicate",
+    "outcome_of",
+    "with_scd2_versions",
+]
+
 LoadsDone = Mapping[int, tuple[dict[Effect, int], int]]
 """Per load ordinal: its counts per effect and the version of its table after it."""
 

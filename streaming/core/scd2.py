@@ -34,6 +34,25 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+__all__ = [
+    "COLUMNS",
+    "CURRENT",
+    "DELETED",
+    "DROP",
+    "END",
+    "START",
+    "SUFFIX",
+    "TRANSACTION",
+    "VERSION",
+    "Segment",
+    "as_of",
+    "intervals",
+    "scd2_key",
+    "split_key",
+    "step",
+    "validity_time",
+]
+
 START, END, CURRENT, DELETED, TRANSACTION, VERSION = (
     "__start_at",
     "__end_at",

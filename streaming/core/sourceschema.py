@@ -32,6 +32,39 @@ from streaming.core.codes import Code
 from streaming.core.columns import loose
 from streaming.core.errors import CdcError
 
+__all__ = [
+    "DATES",
+    "MAX_PRECISION",
+    "SHAPE_DEPTH",
+    "SHAPE_KEYS",
+    "TIMESTAMP_UNITS",
+    "TIME_DIGITS",
+    "UNTYPED",
+    "AbsentColumn",
+    "Changes",
+    "ColumnType",
+    "EvolvedProperty",
+    "Kind",
+    "NewColumn",
+    "SchemaChanges",
+    "SourceSchemaChanged",
+    "SourceTypeChanged",
+    "TypeConflict",
+    "absent_warning",
+    "column_type",
+    "definition_text",
+    "evolved",
+    "field_shape",
+    "fits",
+    "ignored_warning",
+    "property_of",
+    "schema_changed",
+    "source_changes",
+    "type_changed",
+    "type_text",
+    "with_evolved",
+]
+
 SchemaChanges = Literal["evolve", "fail", "ignore"]
 """A feed's policy for a column its events carry and its schema lacks."""
 

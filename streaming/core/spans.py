@@ -20,6 +20,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 
+__all__ = ["MAX_SPANS", "Span", "covering", "keys_spans", "span_of", "spans"]
+
 Span = tuple[str, str]
 """An id range, both ends included."""
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
+__all__ = ["Step", "Transaction", "segments", "waves"]
+
 
 class Step(Protocol):
     """What the cutting needs to know of a load: the tables it reads and the one it writes."""

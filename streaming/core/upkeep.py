@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+__all__ = ["Action", "Policy", "TableFiles", "Task", "due", "overlap_depth", "small_files"]
+
 Action = Literal["compact", "order", "check", "vacuum", "retention"]
 """``compact``: OPTIMIZE (bin-packing) of an append-only table; ``order``: a current table's
 compaction — clustered by id when its files' ranges overlap, else bin-packed; ``check``: a

@@ -13,6 +13,15 @@ from dataclasses import dataclass
 
 from streaming.core.errors import UnsupportedPlatform
 
+__all__ = [
+    "SUPPORTED_DELTA",
+    "SUPPORTED_SPARK",
+    "Running",
+    "check_platform",
+    "release",
+    "unsupported",
+]
+
 SUPPORTED_SPARK = (4, 2)
 """Spark 4.2.x (pyproject.toml: ``pyspark>=4.2.0,<4.3``)."""
 

@@ -47,7 +47,7 @@ from streaming.core.feedevents import DECODED_FIELDS
 from streaming.core.fold import FLAGS, MISSING
 from streaming.core.sourceschema import DATES, TIME_DIGITS, TIMESTAMP_UNITS
 
-__all__ = ["DECODABLE", "decodable_feed", "decode"]
+__all__ = ["DECODABLE", "VALUE_SCHEMA", "decodable_feed", "decode"]
 
 DECODABLE = "decodable"
 """The column ``decode`` adds: whether the record's decoded row is Spark's (else the Python

@@ -23,6 +23,8 @@ from streaming.core.expressions import (
     parse_expression,
 )
 
+__all__ = ["query_filter", "to_column"]
+
 _SPARK_OPS: dict[str, Callable[[Column, Column], Column]] = {
     "||": lambda a, b: a | b,
     "&&": lambda a, b: a & b,

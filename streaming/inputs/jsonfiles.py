@@ -65,6 +65,23 @@ from streaming.platform.spark import plan_size_bytes
 from streaming.storage.reuse import built_once
 from streaming.storage.schemas import spark_schema
 
+__all__ = [
+    "BATCHED_KINDS",
+    "DECIMAL_TEXT",
+    "RECORD_PARTITION_BYTES",
+    "JsonGroup",
+    "Lister",
+    "Resolver",
+    "batchable",
+    "local_or_hadoop_lister",
+    "lost_digits",
+    "mistyped",
+    "read_failure",
+    "read_json_loads",
+    "record_partitions",
+    "rounded",
+]
+
 BATCHED_KINDS = (ChangeKind.UPSERT, ChangeKind.PATCH, ChangeKind.DELETE, ChangeKind.INSERT_IGNORE)
 _FILE = "__file"
 _BLOCK, _LINE, _POS = "__block", "__line", "__pos"

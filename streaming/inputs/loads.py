@@ -70,6 +70,25 @@ from streaming.platform import hadoop
 from streaming.storage.schemas import spark_schema
 from streaming.storage.tables import one_of
 
+__all__ = [
+    "BAD_OP",
+    "CHANGE_TYPE",
+    "CORRUPT",
+    "FILE_READERS",
+    "META_SOURCE_COLUMNS",
+    "ROW",
+    "SPREAD_MIN_ROWS",
+    "VALUE",
+    "Loaded",
+    "RowCount",
+    "StagedRows",
+    "changes_only",
+    "check_loads",
+    "load_changes",
+    "load_wave",
+    "resolve_sources",
+]
+
 log = logging.getLogger(__name__)
 
 META_SOURCE_COLUMNS = ("version", "created", "updated", "hash")

@@ -34,6 +34,8 @@ from streaming.core.plan import Filter, SchemaRows, TableRows
 from streaming.inputs.filters import to_column
 from streaming.storage.tables import read_table
 
+__all__ = ["Reader", "column_of", "filtered"]
+
 
 def column_of(df: DataFrame, name: str) -> Column:
     """The column of ``df`` a query's field ``name`` means: the same name, else the one equal to it

@@ -24,6 +24,18 @@ from pyspark.sql.types import StructType
 
 from streaming.platform.spark import jclass
 
+__all__ = [
+    "FileSizes",
+    "HeldFiles",
+    "commit_texts",
+    "held_file_sizes",
+    "held_files",
+    "held_size",
+    "known_version",
+    "latest_version",
+    "table_state",
+]
+
 
 def _delta_log(spark: SparkSession, path: str) -> Any:
     """Delta's ``DeltaLog`` of the table at ``path`` (cached by Delta per path, in the JVM)."""

@@ -5,6 +5,8 @@ before any session exists.
 
 from __future__ import annotations
 
+__all__ = ["java_text"]
+
 
 def java_text(error: BaseException) -> str:
     """The text of a Java exception raised through py4j or PySpark, its causes included (py4j's

@@ -17,6 +17,19 @@ from pyspark.sql import SparkSession
 from streaming.platform.spark import jclass
 from streaming.platform.spark import jvm as _jvm
 
+__all__ = [
+    "HadoopFolder",
+    "data_files",
+    "ensure_dir",
+    "exists",
+    "first_line",
+    "java_class",
+    "kind",
+    "modified_ms",
+    "size_head_tail",
+    "subfolder_texts",
+]
+
 
 def _conf(spark: SparkSession) -> Any:
     """The session's Hadoop configuration (``JavaSparkContext.hadoopConfiguration``)."""

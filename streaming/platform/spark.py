@@ -23,6 +23,27 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql.classic.column import Column as JvmColumn
 from pyspark.sql.streaming.query import StreamingQuery
 
+__all__ = [
+    "CALLBACK_LOGGER",
+    "GATEWAY_LOGGER",
+    "INTERRUPTIONS",
+    "auto_broadcast_threshold",
+    "batch_root_paths",
+    "driver_max_heap",
+    "gateway_id",
+    "input_files",
+    "interruption_line",
+    "is_in_split",
+    "jclass",
+    "jvm",
+    "jvm_ignores_stop_signals",
+    "kill_driver_jvm",
+    "memory_bytes",
+    "next_job_id",
+    "plan_size_bytes",
+    "sleep_until_interrupted",
+]
+
 
 def jvm(spark: SparkSession) -> Any:
     """The driver JVM's gateway view (``SparkContext._jvm``): the one the platform's modules

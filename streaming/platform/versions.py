@@ -14,6 +14,8 @@ from pyspark.sql import SparkSession
 
 from streaming.core.versions import Running
 
+__all__ = ["delta_jvm_version", "running"]
+
 
 def delta_jvm_version(spark: SparkSession) -> str | None:
     """The version of the Delta jar the driver JVM loaded (``io.delta.package.VERSION()``);

@@ -62,6 +62,17 @@ from streaming.storage import pending
 from streaming.storage.commits import BatchCommit
 from streaming.storage.schemas import QUARANTINE_SCHEMA
 
+__all__ = [
+    "ARROW_SCHEMA",
+    "DDL",
+    "PLACE",
+    "RECORD_COLUMNS",
+    "ChangeFeeds",
+    "FeedBatch",
+    "Shape",
+    "rules_decoder",
+]
+
 _ARROW = {
     "string": pa.string(),
     "int": pa.int32(),

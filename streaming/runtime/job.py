@@ -71,6 +71,19 @@ from streaming.storage.schemas import (
 )
 from streaming.storage.tables import add_missing_columns, ensure_table
 
+__all__ = [
+    "QUIET_STOP",
+    "SCD2_BACKFILL",
+    "STOP_SECONDS",
+    "Job",
+    "build_scd2_tables",
+    "end_now",
+    "load_datasets",
+    "prepare_tables",
+    "request_stream",
+    "storage_of",
+]
+
 log = logging.getLogger(__name__)
 
 PY4J_LOG = logging.getLogger(CALLBACK_LOGGER)

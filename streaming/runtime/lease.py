@@ -47,6 +47,8 @@ from streaming.core.errors import LeaseLost
 from streaming.core.lease import Holder, Record
 from streaming.storage.lease import LeaseFiles, lease_files
 
+__all__ = ["SETTLE_SECONDS", "UNREADABLE_RETRIES", "Lease", "process_started", "this_process"]
+
 log = logging.getLogger(__name__)
 
 SETTLE_SECONDS = 2.0

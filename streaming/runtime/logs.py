@@ -19,6 +19,8 @@ from typing import Any, TextIO
 from streaming.core.config import LogConfig
 from streaming.platform.spark import GATEWAY_LOGGER
 
+__all__ = ["QUIET_LOGGERS", "TEXT_FORMAT", "JsonFormatter", "configure_logging"]
+
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 QUIET_LOGGERS = (GATEWAY_LOGGER, "httpx2", "httpcore2", "httpx", "httpcore", "authlib")
 """Third-party loggers kept at WARNING whatever the level: py4j logs every JVM call at DEBUG,

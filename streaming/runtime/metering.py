@@ -12,6 +12,8 @@ from pyspark.sql import SparkSession
 from streaming.platform import spark as platform_spark
 from streaming.storage.log import known_version
 
+__all__ = ["Cost", "Meter", "next_job_id"]
+
 
 @dataclass(frozen=True)
 class Cost:

@@ -33,6 +33,8 @@ from streaming.core.codes import Code
 from streaming.core.errors import CdcError, ConfigError
 from streaming.core.outcomes import Outcome, Status
 
+__all__ = ["BATCH_SECONDS_BUCKETS", "ROW_ACTIONS", "Backlog", "Exporter", "Metrics", "serve"]
+
 log = logging.getLogger(__name__)
 
 BATCH_SECONDS_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, float("inf"))

@@ -24,6 +24,8 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
+__all__ = ["ProgressListener", "describe", "progress_entry", "source_lag"]
+
 log = logging.getLogger(__name__)
 
 

@@ -22,6 +22,8 @@ from typing import TypeVar
 from pyspark.sql import SparkSession
 from pyspark.util import inheritable_thread_target
 
+__all__ = ["CHILD_CONF", "Sessions"]
+
 T = TypeVar("T")
 R = TypeVar("R")
 

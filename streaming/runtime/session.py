@@ -24,6 +24,18 @@ from streaming.core.versions import check_platform
 from streaming.platform.spark import jvm_ignores_stop_signals
 from streaming.platform.versions import running
 
+__all__ = [
+    "DEFAULT_JARS_DIR",
+    "DRIVER_JAVA_OPTIONS",
+    "LOG4J2_OPTION",
+    "PROJECT_ROOT",
+    "build_session",
+    "jar_paths",
+    "log4j2_config",
+    "session_conf",
+    "unpersist",
+]
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_JARS_DIR = PROJECT_ROOT / "jars" / "spark"
 

@@ -88,6 +88,8 @@ from streaming.storage.tables import read_table
 from streaming.storage.timeline import Timeline
 from streaming.storage.tombstones import DeletedKeys
 
+__all__ = ["Applied", "Publisher", "Sink"]
+
 R = TypeVar("R")
 log = logging.getLogger(__name__)
 

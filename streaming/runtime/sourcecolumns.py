@@ -24,6 +24,8 @@ from streaming.core.sourceschema import (
 )
 from streaming.storage.evolved import add_properties
 
+__all__ = ["SourceColumns"]
+
 log = logging.getLogger(__name__)
 
 

@@ -43,6 +43,21 @@ from pyspark.sql import SparkSession
 from streaming.core.errors import CdcError
 from streaming.platform.spark import interruption_line, sleep_until_interrupted
 
+__all__ = [
+    "POLL_SECONDS",
+    "SIGNALS",
+    "STOP_WAIT_MS",
+    "BatchGate",
+    "BatchInterrupted",
+    "Ending",
+    "QuietStop",
+    "Shutdown",
+    "Stop",
+    "StopRequested",
+    "interruption",
+    "stop_interrupt",
+]
+
 log = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)

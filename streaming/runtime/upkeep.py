@@ -45,6 +45,8 @@ from streaming.storage.log import (
 from streaming.storage.maintain import compact, vacuum
 from streaming.storage.tombstones import prune
 
+__all__ = ["RETRY_AFTER", "UPKEEP_OPERATIONS", "Done", "Result", "Upkeep", "retention_properties"]
+
 log = logging.getLogger(__name__)
 
 Result = Literal["done", "failed"]

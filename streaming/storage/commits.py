@@ -24,6 +24,21 @@ from pyspark.sql import DataFrame, SparkSession
 from streaming.storage.log import recent_commits
 from streaming.storage.retry import on_conflict_retry
 
+__all__ = [
+    "HISTORY_WINDOW",
+    "INSERTS_STEP",
+    "RECENT_COMMITS",
+    "STEP_BITS",
+    "BatchCommit",
+    "append",
+    "batch_commits",
+    "idempotent",
+    "overwrite",
+    "scan_commits",
+    "session_conf",
+    "step_order",
+]
+
 
 @dataclass(frozen=True)
 class BatchCommit:

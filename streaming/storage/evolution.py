@@ -67,6 +67,36 @@ from streaming.storage.schemas import (
 )
 from streaming.storage.tables import ensure_table
 
+__all__ = [
+    "COMMIT_KEY",
+    "DELETION_VECTORS_PROPERTY",
+    "DELTA_RS_READS_TYPE_WIDENING",
+    "TOMBSTONE_PROPERTY",
+    "WATERMARK_PROPERTY",
+    "AddedColumn",
+    "Found",
+    "IncompatibleSchemaChange",
+    "Mismatch",
+    "RecordedKeys",
+    "Role",
+    "SchemaPlan",
+    "TableChanges",
+    "TableSpec",
+    "apply_plan",
+    "compare",
+    "delta_widens",
+    "evolve",
+    "find_table",
+    "key_mismatches",
+    "key_properties",
+    "plan_schema",
+    "recorded_keys",
+    "refusal",
+    "schema_tables",
+    "type_name",
+    "widening_problem",
+]
+
 log = logging.getLogger(__name__)
 
 WATERMARK_PROPERTY = "cdc.watermark"

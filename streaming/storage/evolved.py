@@ -36,6 +36,8 @@ from streaming.storage.log import table_state
 from streaming.storage.retry import on_conflict_retry
 from streaming.storage.tables import ensure_table
 
+__all__ = ["EVOLVED_SCHEMA", "add_properties", "read"]
+
 log = logging.getLogger(__name__)
 
 EVOLVED_SCHEMA = StructType(

@@ -33,6 +33,8 @@ from pyspark.sql import SparkSession
 from streaming.core.lease import FOLDER, epoch_of, file_name
 from streaming.platform.hadoop import HadoopFolder
 
+__all__ = ["CONDITIONAL_CREATE", "EXISTS", "HadoopFiles", "LeaseFiles", "LocalFiles", "lease_files"]
+
 log = logging.getLogger(__name__)
 
 CONDITIONAL_CREATE = "fs.option.create.conditional.overwrite"

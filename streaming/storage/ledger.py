@@ -21,6 +21,8 @@ from streaming.storage.log import known_size, latest_version
 from streaming.storage.schemas import LEDGER_SCHEMA
 from streaming.storage.tables import one_of, read_table
 
+__all__ = ["MAX_HELD_BYTES", "HeldIds", "committed", "record"]
+
 MAX_HELD_BYTES = 64 * 1024 * 1024
 """A ledger up to this size (Parquet bytes, from Delta's checksum) has its ids held on the
 driver (``HeldIds``): some hundred thousand transactions, a few tens of MB of driver memory."""

@@ -21,6 +21,20 @@ from streaming.core.upkeep import small_files
 from streaming.platform import delta
 from streaming.storage.tables import read_table
 
+__all__ = [
+    "STATS_PREFIX",
+    "commit_operations",
+    "held_files",
+    "holds_no_rows",
+    "id_ranges",
+    "known_size",
+    "known_version",
+    "last_operations",
+    "latest_version",
+    "recent_commits",
+    "table_state",
+]
+
 
 def latest_version(spark: SparkSession, path: str) -> int:
     """The table's latest version, from its log on the driver (no Spark job, unlike

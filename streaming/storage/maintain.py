@@ -23,6 +23,17 @@ from streaming.core.layout import CURRENT_FILE_MIB, Layout
 from streaming.storage.commits import session_conf
 from streaming.storage.retry import on_conflict_retry
 
+__all__ = [
+    "APPEND_FILE_MIB",
+    "Maintained",
+    "all_tables",
+    "compact",
+    "current_tables",
+    "file_count",
+    "maintain",
+    "vacuum",
+]
+
 
 @dataclass(frozen=True)
 class Maintained:

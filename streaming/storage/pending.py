@@ -28,6 +28,8 @@ from streaming.storage.log import latest_version
 from streaming.storage.schemas import PENDING_SCHEMA
 from streaming.storage.tables import read_table
 
+__all__ = ["SNAPSHOT_MARK", "Waiting", "applied_snapshots", "write"]
+
 SNAPSHOT_MARK = ""
 """The topic of a feed's "initial snapshot applied" row (no Kafka topic has an empty name)."""
 

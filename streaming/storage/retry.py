@@ -12,6 +12,8 @@ from typing import TypeVar
 
 from delta import exceptions as delta_errors
 
+__all__ = ["ATTEMPTS", "BASE_DELAY", "CONFLICTS", "on_conflict_retry"]
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 

@@ -16,6 +16,8 @@ from pyspark.sql import SparkSession
 
 from streaming.platform.spark import gateway_id
 
+__all__ = ["built_once"]
+
 T = TypeVar("T")
 
 _BUILT: dict[tuple[int, Hashable], Any] = {}

@@ -27,6 +27,27 @@ from pyspark.sql.types import (
 
 from streaming.core.catalog import DECIMAL_DIGITS, PropertyDef, SchemaDef
 
+__all__ = [
+    "CURRENT_TABLE_PROPERTIES",
+    "HISTORY_FIELDS",
+    "HISTORY_TABLE_PROPERTIES",
+    "LEDGER_SCHEMA",
+    "META_FIELDS",
+    "OUTCOMES_SCHEMA",
+    "PENDING_SCHEMA",
+    "QUARANTINE_SCHEMA",
+    "SCD2_FIELDS",
+    "SPARK_TYPES",
+    "TOMBSTONES_SCHEMA",
+    "current_schema",
+    "history_schema",
+    "meta_fields",
+    "scd2_schema",
+    "spark_schema",
+    "spark_type",
+    "tombstones_schema",
+]
+
 SPARK_TYPES: dict[str, DataType] = {
     "string": StringType(),
     "integer": LongType(),

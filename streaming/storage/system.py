@@ -12,6 +12,8 @@ from streaming.core.outcomes import Outcome
 from streaming.storage.commits import BatchCommit, append
 from streaming.storage.schemas import OUTCOMES_SCHEMA, QUARANTINE_SCHEMA
 
+__all__ = ["quarantine", "write_outcomes"]
+
 
 def write_outcomes(
     spark: SparkSession, path: str, outcomes: Sequence[Outcome], commit: BatchCommit

@@ -13,6 +13,8 @@ from pyspark.sql.types import (
 from streaming.platform import spark as platform_spark
 from streaming.platform.spark import is_in_split
 
+__all__ = ["add_missing_columns", "ensure_table", "memory_bytes", "one_of", "read_table"]
+
 
 def ensure_table(
     spark: SparkSession, path: str, schema: StructType, properties: dict[str, str] | None = None

@@ -19,6 +19,8 @@ from pyspark.sql import SparkSession
 from streaming.storage.commits import BatchCommit, batch_commits, step_order
 from streaming.storage.log import latest_version
 
+__all__ = ["Timeline"]
+
 
 @dataclass
 class Timeline:

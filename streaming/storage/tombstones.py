@@ -26,6 +26,8 @@ from streaming.core.fold import watermark_key
 from streaming.storage.log import known_size, latest_version
 from streaming.storage.tables import read_table
 
+__all__ = ["MAX_BYTES", "PRUNED_FILE_BYTES", "DeletedKeys", "Tombstone", "later", "prune"]
+
 Tombstone = tuple[int, dict[str, Any] | None]
 """A deleted key's tombstone version and the watermark of its delete (None without one)."""
 

@@ -95,9 +95,9 @@ def test_a_decimal_cast_that_would_round_is_found(spark: SparkSession, source: s
         step = Decimal(1).scaleb(-scale)
         assert (exact != exact.quantize(step, context=Context(prec=80))) == lost, text
     frame = spark.createDataFrame([(t, s) for t, s, _ in ROUNDING], "text string, scale int")
-    text = F.col("text")
+    column = F.col("text")
     value, kind = (
-        (text, StringType()) if source == "string" else (F.parse_json(text), VariantType())
+        (column, StringType()) if source == "string" else (F.parse_json(column), VariantType())
     )
     found = []
     for scale in sorted({s for _, s, _ in ROUNDING}):

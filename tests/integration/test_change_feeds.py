@@ -57,7 +57,7 @@ def rows(ws: Workspace, table: str) -> dict[str, dict[str, object]]:
     return {r["id"]: r for r in found}
 
 
-def outcomes(ws: Workspace) -> list[dict[str, object]]:
+def outcomes(ws: Workspace) -> list[dict[str, Any]]:
     table = deltalake.DeltaTable(str(ws.root / "warehouse" / "_system" / "outcomes"))
     return [json.loads(r["outcome"]) for r in table.to_pyarrow_table().to_pylist()]
 

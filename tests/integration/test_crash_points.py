@@ -74,6 +74,7 @@ def rows(ws: Workspace, name: str) -> list[tuple[Any, ...]]:
     """The table's rows (delta-rs, no Spark) as the tuples ``DONE`` lists, sorted."""
     found = deltalake.DeltaTable(str(ws.root.joinpath("warehouse", *TABLES[name])))
     items: list[dict[str, Any]] = found.to_pyarrow_table().to_pylist()
+    out: list[tuple[Any, ...]]
     if name in ("Dog", "Cat"):
         out = [(r["id"], r["version"], r["name"]) for r in items]
     elif name.endswith("tombstones"):

@@ -115,9 +115,9 @@ def versions_per_batch(warehouse: Path) -> dict[int, dict[str, int]]:
     ledger = deltalake.DeltaTable(str(warehouse / "_system" / "transactions"))
     by_batch: dict[int, dict[str, int]] = {}
     for row in ledger.to_pyarrow_table().to_pylist():
-        batch = by_batch.setdefault(row["batch_id"], {})
+        versions = by_batch.setdefault(row["batch_id"], {})
         for schema, version in json.loads(row["table_versions"]).items():
-            batch[schema] = max(batch.get(schema, 0), version)
+            versions[schema] = max(versions.get(schema, 0), version)
     running: dict[str, int] = {}
     out: dict[int, dict[str, int]] = {}
     for batch in sorted(by_batch):

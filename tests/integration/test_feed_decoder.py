@@ -491,17 +491,17 @@ def records(draw: st.DrawFn) -> list[Received]:
             out.append(_record("pg.public.t", offset, {"id": 1}, None))
             continue
         if kind == "junk":
-            value = draw(
+            junk = draw(
                 st.sampled_from(
                     [b"{nope", b"\xff\xfe", b"[1,2]", b"5", b'{"op": "c"}', b'[{"op": "c"}]', b"{}"]
                 )
             )
-            out.append(_record("pg.public.t", offset, {"id": 1}, value))
+            out.append(_record("pg.public.t", offset, {"id": 1}, junk))
             continue
         if kind == "boundary":
             status = draw(st.sampled_from(["BEGIN", "END", "OTHER"]))
             counts = draw(st.dictionaries(st.sampled_from(["public.t", "x.y"]), st.integers(0, 5)))
-            value = {
+            boundary = {
                 "status": status,
                 "id": draw(st.sampled_from(["571:23577912", "0-1-22", "file=b.1,pos=4"])),
                 "event_count": sum(counts.values()),
@@ -509,7 +509,7 @@ def records(draw: st.DrawFn) -> list[Received]:
                     {"data_collection": t, "event_count": n} for t, n in counts.items()
                 ],
             }
-            out.append(_record("pg.transaction", offset, {"id": "x"}, value))
+            out.append(_record("pg.transaction", offset, {"id": "x"}, boundary))
             continue
         names = draw(st.lists(st.sampled_from(sorted(COLUMNS)), max_size=6, unique=True))
         op = draw(st.sampled_from(["c", "u", "d", "r", "t", "x"]))

@@ -84,11 +84,11 @@ def _load(
         for r in deltalake.DeltaTable(str(table)).to_pyarrow_table().to_pylist()
     ]
     counts = [o.actions[0] for o in outcomes(spark, ws)]
-    files = len(deltalake.DeltaTable(str(table)).file_uris())
+    file_count = len(deltalake.DeltaTable(str(table)).file_uris())
     return {
         "folds": folds,
         "operation": operations[0],
-        "files": files,
+        "files": file_count,
         "current": _table(table, "id", "version", "hash", "status", "amount", "ts"),
         "fresh": all(fresh),
         "history": _table(

@@ -10,7 +10,7 @@ from pathlib import Path
 import deltalake
 import pytest
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from connectors.kafka_io import produce
 from streaming.core.outcomes import Status

@@ -25,7 +25,7 @@ import deltalake
 import pytest
 import yaml
 from confluent_kafka import Producer
-from confluent_kafka.admin import (
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not in its __all__
     AdminClient,
     ScramCredentialInfo,
     ScramMechanism,

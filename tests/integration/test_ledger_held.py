@@ -35,7 +35,7 @@ def test_new_transactions_are_triaged_from_the_held_ids_and_a_resent_one_is_dupl
     job = Job.create(spark, ws.config())
     other = Job.create(spark, ws.config(query_name="other"))  # the same ledger
     reads: list[int | None] = []
-    real = ledger.read_table
+    real = ledger.read_table  # type: ignore[attr-defined]  # the name ledger calls
 
     def spy(spark: SparkSession, path: str, version: int | None = None) -> Any:
         if path == job.layout.ledger:

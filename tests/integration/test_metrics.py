@@ -121,7 +121,7 @@ def test_a_scrape_between_batches_shows_what_they_did(spark: SparkSession, ws: W
         }
         assert labelled(first, "cdc_batch_duration_seconds_count") == {(): 1.0}
         (seconds,) = labelled(first, "cdc_batch_duration_seconds_sum").values()
-        assert job.sink.history[-1]["seconds"] <= seconds + 0.001 <= t1 - t0 + 0.001
+        assert float(str(job.sink.history[-1]["seconds"])) <= seconds + 0.001 <= t1 - t0 + 0.001
         commits = commits_between(before, versions(ws))
         assert commits > 0
         assert labelled(first, "cdc_delta_commits_total") == {(): commits}

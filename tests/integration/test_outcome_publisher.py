@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.kafka]
 
 
 def outcome(tid: str, batch: int) -> Outcome:
-    return Outcome(transactionId=tid, status=Status.COMMITTED, batchId=batch, source="test")
+    return Outcome(transaction_id=tid, status=Status.COMMITTED, batch_id=batch, source="test")
 
 
 def test_one_producer_publishes_batch_after_batch(kafka_broker: Any) -> None:

@@ -25,6 +25,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,11 @@ petstore.Cat:
 """
 DMS_LOAD = "dms:petstore/petstore/Cat/LOAD00000001.parquet"
 DMS_CDC = "dms:petstore/petstore/Cat/20261124-0001.parquet"
+
+
+def _past(second: float) -> bool:
+    """Whether the clock is past ``second`` (Unix time)."""
+    return time.time() >= second
 
 
 def _answers(endpoint: str) -> bool:
@@ -153,7 +159,7 @@ class Bucket:
         for name, rows in files:
             if previous is not None:
                 second = previous.timestamp() + 1
-                wait_until(f"{previous} + 1 s", lambda s=second: time.time() >= s, timeout=5)
+                wait_until(f"{previous} + 1 s", partial(_past, second), timeout=5)
             buffer = io.BytesIO()
             pq.write_table(pa.Table.from_pylist(rows), buffer)
             modified = self.put(f"landing/dms/petstore/petstore/Cat/{name}", buffer.getvalue())

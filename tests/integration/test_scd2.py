@@ -274,11 +274,9 @@ def test_type_1_updates_keep_the_interval_and_tracked_changes_open_one(
     config = ws.root / "cdc.yaml"
     config.write_text(ws.config().model_dump_json())
     capsys.readouterr()
-    at = (hour(2)).isoformat()
-    assert (
-        main(["show", "petstore", "petstore.Dog", "--as-of", at, "--json", "--config", str(config)])
-        == 0
-    )
+    as_of_text = (hour(2)).isoformat()
+    show = ["show", "petstore", "petstore.Dog", "--as-of", as_of_text]
+    assert main([*show, "--json", "--config", str(config)]) == 0
     shown = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["id"], r["name"], r["age"]) for r in shown] == [("d", "Rex", 2)]
     assert (

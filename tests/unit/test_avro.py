@@ -134,7 +134,7 @@ def test_truncated_or_padded_bodies_are_invalid_avro() -> None:
 
 def test_avro_requests_get_the_same_codes_as_json() -> None:
     codec = local_codec()
-    cases = {
+    cases: dict[str, dict[str, Any]] = {
         "MISSING_TRANSACTION_ID": {"dataset": "p", "actions": REQUEST["actions"]},
         "UNKNOWN_OPERATION": {**REQUEST, "actions": [{"operation": "FROB", "locationUri": "x"}]},
         "EMPTY_ACTIONS": {**REQUEST, "actions": []},

@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Context, Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -73,7 +73,7 @@ def test_an_insert_update_delete_read_as_dms_ops_with_key_and_position() -> None
     topics = Topics()
     for op in ("c", "u", "d", "r"):
         topics.event(CUST, op, {"id": 7, "name": "Ann"})
-    events = [read_debezium(feed(), r, decode_json_value) for r in topics.take()]
+    events: list[Any] = [read_debezium(feed(), r, decode_json_value) for r in topics.take()]
     assert [e.op for e in events] == ["I", "U", "D", "I"]
     assert {e.key for e in events} == {"7"}
     positions = [e.position for e in events]
@@ -119,7 +119,7 @@ def test_the_converters_schema_wrapper_is_unwrapped_and_its_types_read() -> None
         T0,
         T0,
     )
-    event = read_debezium(feed(), record, decode_json_value)
+    event: Any = read_debezium(feed(), record, decode_json_value)
     assert event.row == {
         "id": 1,
         "balance": "123.45",
@@ -509,7 +509,7 @@ def test_a_source_transaction_sent_again_in_part_is_a_duplicate_not_an_id_reused
     }
     part = {**whole, "actions": whole["actions"][1:]}
 
-    def raw(kind: str, value: dict[str, Any], place: int) -> RawRequest:
+    def raw(kind: Any, value: dict[str, Any], place: int) -> RawRequest:
         position = SourcePosition(kind, f"kafka:t[0]@{place}", 0, place)
         return RawRequest(position, json.dumps(value).encode(), T0)
 
@@ -691,7 +691,7 @@ def shop_feed():
 
 
 def test_real_snapshot_insert_update_delete_and_tombstone_read_as_changes() -> None:
-    read = {
+    read: dict[str, Any] = {
         name: read_debezium(shop_feed(), real(name, i), decode_json_value)
         for i, name in enumerate(
             [
@@ -771,7 +771,7 @@ def test_real_mariadb_events_carry_their_binlog_place_and_gtid() -> None:
         "insert_orders_first_row",
         "insert_orders_later_row",
     ]
-    read = {
+    read: dict[str, Any] = {
         n: read_debezium(mariadb_feed(), real_mariadb(n, i), decode_json_value)
         for i, n in enumerate(names)
     }
@@ -801,8 +801,11 @@ def test_real_mariadb_events_carry_their_binlog_place_and_gtid() -> None:
 
 
 def test_real_mariadb_types_read_as_text_spark_casts_to_the_schemas_types() -> None:
-    customer = read_debezium(mariadb_feed(), real_mariadb("insert_customers", 0), decode_json_value)
-    order = read_debezium(mariadb_feed(), real_mariadb("insert_orders", 0), decode_json_value)
+    read = {
+        name: read_debezium(mariadb_feed(), real_mariadb(name, 0), decode_json_value)
+        for name in ("insert_customers", "insert_orders")
+    }
+    customer, order = (cast(DataEvent, read[n]) for n in ("insert_customers", "insert_orders"))
     # DECIMAL(12,2): the converter's Decimal bytes; ENUM: its text; DATE: epoch days;
     # DATETIME(3): io.debezium.time.Timestamp (ms), a local time; TIMESTAMP: ZonedTimestamp
     # (ISO, UTC "Z"), an instant: kept with its zone, so Spark's cast reads the same instant

@@ -32,7 +32,8 @@ def option_names(parser: argparse.ArgumentParser) -> list[str]:
         elif action.option_strings:
             names.extend(action.option_strings)
         else:
-            names.append(action.metavar or action.dest)
+            metavar = action.metavar
+            names.append(metavar if isinstance(metavar, str) and metavar else action.dest)
     return names
 
 

@@ -394,8 +394,8 @@ def problems(setup: Setup) -> list[str]:
         )
     if not cfg.metrics.enabled or cfg.metrics.host not in ("0.0.0.0", "::"):
         found.append(f"{CONFIG_FILE}: metrics are not served to other containers (metrics.*)")
-    published = [str(p).rpartition(":")[2].split("/")[0] for p in cdc.get("ports") or []]
-    if str(cfg.metrics.port) not in published:
+    ports = [str(p).rpartition(":")[2].split("/")[0] for p in cdc.get("ports") or []]
+    if str(cfg.metrics.port) not in ports:
         found.append(f"cdc: the metrics port {cfg.metrics.port} is not published")
 
     # -- the header's commands use files the image holds

@@ -3,6 +3,7 @@ by tests/integration/test_crash_points.py, in a process of its own)."""
 
 from __future__ import annotations
 
+import os
 import signal
 from collections import Counter
 
@@ -48,7 +49,7 @@ def test_the_point_named_kills_the_nth_time_it_is_reached(
         assert sig == signal.SIGKILL
         kills.append(pid)
 
-    monkeypatch.setattr(faults.os, "kill", kill)
+    monkeypatch.setattr(os, "kill", kill)  # what faults calls: os.kill
     died = None
     for number, name in enumerate(CALLS, start=1):
         faults.crash_point(name)

@@ -25,12 +25,12 @@ from tests.support.ports import HOST, free_port, retry_on_port_clash
 def outcome(status: Status, *actions: ActionOutcome, dataset: str = "petstore") -> Outcome:
     error = ErrorInfo(code="X", message="x") if status in (Status.REJECTED, Status.FAILED) else None
     return Outcome(
-        transactionId="t",
+        transaction_id="t",
         dataset=dataset,
         status=status,
         error=error,
         actions=list(actions),
-        batchId=0,
+        batch_id=0,
         source="file:a:1",
     )
 

@@ -30,6 +30,7 @@ from streaming.core.sourceschema import (
     ColumnType,
     EvolvedProperty,
     NewColumn,
+    SchemaChanges,
     SourceSchemaChanged,
     column_type,
     definition_text,
@@ -448,7 +449,7 @@ def test_an_unknown_policy_in_the_config_file_is_refused_naming_the_key() -> Non
         )
 
 
-def _ready(policy: str) -> tuple[Any, list[Any]]:
+def _ready(policy: SchemaChanges) -> tuple[Any, list[Any]]:
     prefix = ADDED["topic_prefix"]
     docs = feed({"public.docs": "docs.Doc"}, prefix=prefix, metadata=False)
     docs = dataclasses.replace(docs, dataset="docs", schema_changes=policy)
