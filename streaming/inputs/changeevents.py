@@ -1,8 +1,14 @@
 """Debezium change events decoded by Spark: one JSON parse a record, on the executors' JVMs.
 
-Not used by the job yet (``runtime.feeds`` decodes with the rules): it runs 2.4-5x the rules'
-time today (bench workload ``Decode``) — higher-order functions run interpreted, a lambda a
-column, and the key's variant parse and the plan's size cost more than expected. Issue 58.
+Not used by the job yet (``runtime.feeds`` decodes with the rules), issue 58. What it costs,
+profiled (JFR over the executors, the stages' build/optimize times; bench/history/rounds.md):
+a fixed ~2-3 s a query before the first record — the expressions are a plan of ~220k characters,
+analyzed a select at a time (1.2 s with the columns built once, ``_projections``), optimized
+(~1 s) and compiled per task — and ~7-15 µs a record against a typed ``from_json``'s ~1.5 µs.
+Where a record takes a higher-order function (a lambda a column: conversions, placeholders)
+Spark runs it interpreted, and Spark 4.2's interpreted read of a struct's field builds a
+SQLConf each time; so the common path takes none: the key comes from the record's one parse,
+patterns are literals, the envelope's fields are columns, the schemas are zipped arrays.
 
 ``core.changefeed.read_debezium`` and ``core.feedevents.decoded`` are the rules, and stay the
 reference and the fallback. ``decode`` computes the same decoded row (``DECODED_FIELDS``) with
@@ -47,18 +53,20 @@ from streaming.core.feedevents import DECODED_FIELDS
 from streaming.core.fold import FLAGS, MISSING
 from streaming.core.sourceschema import DATES, TIME_DIGITS, TIMESTAMP_UNITS
 
-__all__ = ["DECODABLE", "VALUE_SCHEMA", "decodable_feed", "decode"]
+__all__ = ["DECODABLE", "RECORD_SCHEMA", "VALUE_SCHEMA", "decodable_feed", "decode"]
 
 DECODABLE = "decodable"
 """The column ``decode`` adds: whether the record's decoded row is Spark's (else the Python
 rules must read it)."""
 
 _PARAMETERS = "parameters: map<string,string>"
-_FIELD = (
-    f"struct<field: string, type: string, name: string, {_PARAMETERS}, "
-    f"items: struct<type: string, name: string, {_PARAMETERS}, "
-    f"items: struct<type: string, name: string, {_PARAMETERS}>>>"
+_ITEMS = (
+    f"struct<type: string, name: string, {_PARAMETERS}, "
+    f"items: struct<type: string, name: string, {_PARAMETERS}>>"
 )
+_FIELD = f"struct<field: string, type: string, name: string, {_PARAMETERS}, items: {_ITEMS}>"
+_SHAPE = f"struct<type: string, name: string, {_PARAMETERS}, items: {_ITEMS}>"
+"""A column's Connect schema as the rules keep it (``sourceschema.field_shape``)."""
 _ENVELOPE = {
     "before": "map<string,string>",
     "after": "map<string,string>",
@@ -74,18 +82,25 @@ _ENVELOPE = {
 }
 _ENVELOPE_DDL = ", ".join(f"{name}: {kind}" for name, kind in _ENVELOPE.items())
 VALUE_SCHEMA = (
-    f"schema struct<fields: array<struct<field: string, fields: array<{_FIELD}>>>>, "
-    f"payload struct<{_ENVELOPE_DDL}>, "
-    + ", ".join(f"{name} {kind}" for name, kind in _ENVELOPE.items())
-    + ", __corrupt string"
+    f"schema: struct<fields: array<struct<field: string, fields: array<{_FIELD}>>>>, "
+    f"payload: struct<{_ENVELOPE_DDL}>, "
+    + ", ".join(f"{name}: {kind}" for name, kind in _ENVELOPE.items())
 )
-"""One parse of a record's value: the envelope with the converter's wrapper (``schema``: the
-columns' Connect schemas as far as they are read; ``payload``) and without it (the same fields
-at the top); ``__corrupt``: the text of a record the reader could not take."""
+"""A record's value: the envelope with the converter's wrapper (``schema``: the columns' Connect
+schemas as far as they are read; ``payload``) and without it (the same fields at the top)."""
+RECORD_SCHEMA = (
+    f"v struct<{VALUE_SCHEMA}>, k map<string,string>, "
+    "kw struct<schema: string, payload: map<string,string>>, __corrupt string"
+)
+"""One parse of a record: ``{"v": <value>, "k": <key>, "kw": <key>}`` — the key read both as an
+object of values and as the converter's wrapper; ``__corrupt``: the text of a record the reader
+could not take."""
 
 _PARSE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "__corrupt"}
 _INTEGER = "^-?[0-9]{1,19}$"  # a long's digits (try_cast refuses what does not fit)
 _DIGITS = "^[0-9]{1,18}$"
+_SEQUENCE = '^\\[(?:null|"([0-9]{1,18})"),"([0-9]{1,18})"\\]$'
+_KEY_SCALAR = "^(0|-?[1-9][0-9]*|true|false)$"
 _LONG_MIN = -(2**63)
 _DAYS = (-719_162, 2_932_896)  # 0001-01-01 .. 9999-12-31, days since 1970
 _MICROS = (-62_135_596_800_000_000, 253_402_300_799_999_999)
@@ -306,7 +321,8 @@ def _table_key(feed: Column, table: Column) -> Column:
 
 
 def _key_id(key: Column) -> tuple[Column, Column]:
-    """The record's key (bytes) → (``key_id``'s text, whether that is the rules' text)."""
+    """The record's key (bytes) → (``key_id``'s text, whether that is the rules' text), by a
+    second JSON parse (a variant): what ``_record_key`` leaves, a key of several columns."""
     text = F.when(F.is_valid_utf8(key), key.cast("string"))
     parsed = F.try_parse_json(text)
     whole = F.try_variant_get(parsed, "$", "map<string,variant>")
@@ -344,6 +360,31 @@ def _key_id(key: Column) -> tuple[Column, Column]:
     return F.when(key.isNotNull(), key_id), ok
 
 
+def _record_key(parsed: Column, key: Column) -> tuple[Column, Column]:
+    """The key (``key``: its bytes; ``parsed``: the record's parse, holding it as ``k`` and
+    ``kw``) → (``key_id``'s text, whether that is the rules' text). A key of one column (or
+    none) is read from the record's one parse where its value's text is the rules' whatever
+    JSON type it had: an integer as JSON writes one, a boolean, null, or a string that looks
+    like none of them or of a number or nested value. The rest (a key of several columns, a
+    string such as ``"12-A"``): a second parse (``_key_id``)."""
+    plain, wrapper = parsed["k"], parsed["kw"]
+    wrapped = (
+        (F.size(plain) == 2)
+        & F.map_contains_key(plain, "schema")
+        & F.map_contains_key(plain, "payload")
+    )
+    entries = F.when(wrapped, wrapper["payload"]).otherwise(plain)
+    value = F.get(F.map_values(entries), 0)
+    none = key.isNull() | entries.isNull()
+    one = (F.size(entries) == 1) & (
+        value.isNull() | value.rlike(_KEY_SCALAR) | ~value.rlike("^[-0-9\\[{]")
+    )
+    fast = F.coalesce(none | one, F.lit(False))
+    several_id, several_ok = _key_id(key)
+    key_id = F.when(fast, F.when(~none, value)).otherwise(several_id)
+    return key_id, fast | several_ok
+
+
 def _transaction_key(tx_id: Column) -> Column:
     """``changefeed.transaction_key``: PostgreSQL's ``<txId>:<lsn>`` → its txId."""
     return F.when(
@@ -351,33 +392,59 @@ def _transaction_key(tx_id: Column) -> Column:
     ).otherwise(tx_id)
 
 
+def _padded(number: Column, width: int) -> Column:
+    """A long as ``f"{number:0{width}d}"`` writes it (``lpad`` where it holds; ``format_string``,
+    which costs several times more, for the rest)."""
+    text = number.cast("string")
+    return F.when((number >= 0) & (F.length(text) <= width), F.lpad(text, width, "0")).otherwise(
+        F.format_string(f"%0{width}d", number)
+    )
+
+
 def _position(source: Column, offset: Column) -> tuple[Column, Column]:
     """``changefeed.source_position`` → (the text, whether read)."""
     connector = source["connector"]
     pos, row = F.coalesce(source["pos"], F.lit(0)), F.coalesce(source["row"], F.lit(0))
-    sequence = F.from_json(source["sequence"], "array<string>")
+    text_of_sequence = source["sequence"]
+    # Debezium's own text (``["<lsn>","<lsn>"]``, the first may be null) by a regex; any other
+    # by a JSON parse.
+    usual = text_of_sequence.rlike(_SEQUENCE)
+    sequence = F.from_json(text_of_sequence, "array<string>")
     pair = F.coalesce(F.size(sequence) == 2, F.lit(False))
     items = [F.get(sequence, i) for i in (0, 1)]
-    lsns = [F.when(pair & item.rlike(_DIGITS), item.try_cast("long")) for item in items]
+    lsns = [
+        F.when(usual, F.regexp_extract(text_of_sequence, _SEQUENCE, i + 1))
+        .when(pair & item.rlike(_DIGITS), item)
+        .try_cast("long")
+        for i, item in enumerate(items)
+    ]
     # An LSN the rules read and Spark's long does not: negative, or past 18 digits.
-    odd = pair & F.coalesce(
-        F.exists(sequence, lambda v: v.rlike("^-?[0-9]+$") & ~v.rlike(_DIGITS)), F.lit(False)
+    odd = ~F.coalesce(usual, F.lit(False)) & (
+        pair
+        & F.coalesce(
+            F.exists(sequence, lambda v: v.rlike("^-?[0-9]+$") & ~v.rlike(_DIGITS)), F.lit(False)
+        )
     )
     change = F.coalesce(source["lsn"], lsns[1])
-    postgres = F.format_string("%020d/%020d", F.coalesce(lsns[0], change), change)
+    postgres = F.concat(_padded(F.coalesce(lsns[0], change), 20), F.lit("/"), _padded(change, 20))
     file = source["file"]
     numbered = F.regexp_extract(file, "^(.*)\\.([0-9]+)$", 2)
     widened = F.when(
         numbered != "",
-        F.format_string(
-            "%s.%010d", F.regexp_extract(file, "^(.*)\\.([0-9]+)$", 1), numbered.try_cast("long")
+        F.concat(
+            F.regexp_extract(file, "^(.*)\\.([0-9]+)$", 1),
+            F.lit("."),
+            _padded(numbered.try_cast("long"), 10),
         ),
     ).otherwise(file)
-    mariadb = F.format_string("%s/%020d/%010d", widened, pos, row)
-    mysql = F.format_string("%s/%020d/%010d", file, pos, row)
+    binlog = F.concat(F.lit("/"), _padded(pos, 20), F.lit("/"), _padded(row, 10))
+    mariadb = F.concat(widened, binlog)
+    mysql = F.concat(file, binlog)
     change_lsn = source["change_lsn"]
     sqlserver = F.concat(F.coalesce(source["commit_lsn"], F.lit("")), F.lit("/"), change_lsn)
-    other = F.format_string("%020d/%020d", F.coalesce(source["ts_ms"], F.lit(0)), offset)
+    other = F.concat(
+        _padded(F.coalesce(source["ts_ms"], F.lit(0)), 20), F.lit("/"), _padded(offset, 20)
+    )
     text = (
         F.when(connector == "postgresql", postgres)
         .when(connector == "mariadb", mariadb)
@@ -405,23 +472,83 @@ def decode(records: DataFrame, feeds: Sequence[Feed]) -> DataFrame:
     """``records`` (``feed, topic, partition, offset, key, value, timestamp, received_at``) →
     ``DECODED_FIELDS`` and ``DECODABLE``. The rows of feeds ``decodable_feed`` refuses, and of
     records marked not decodable, carry only the record: the rules decode them."""
+    frame = records
+    for columns in _projections(feeds):
+        frame = frame.select(*columns)
+    return frame
+
+
+_BUILT: dict[str, list[list[Column | str]]] = {}
+"""``_projections`` by the feeds they were built for: building them costs seconds (thousands of
+calls into the JVM), and a job decodes the same feeds every batch."""
+
+
+def _projections(all_feeds: Sequence[Feed]) -> list[list[Column | str]]:
+    """The selects ``decode`` runs, one after another, built once for the feeds."""
+    cache_key = repr(list(all_feeds))
+    if cache_key not in _BUILT:
+        if len(_BUILT) >= 16:
+            _BUILT.clear()
+        _BUILT[cache_key] = _build(all_feeds)
+    return _BUILT[cache_key]
+
+
+def _build(feeds: Sequence[Feed]) -> list[list[Column | str]]:
+    stages: list[list[Column | str]] = []
     feeds = [f for f in feeds if decodable_feed(f)]
     value_text = F.when(F.is_valid_utf8("value"), F.col("value").cast("string"))
-    frame = records.withColumn("__v", F.from_json(value_text, VALUE_SCHEMA, _PARSE))
-    v = F.col("__v")
+    key = F.col("key")
+    key_text = F.coalesce(key.cast("string"), F.lit("null"))
+    # One parse a record: value and key in one JSON object (text that is not JSON, in either,
+    # makes the record's parse fail, and the rules read it). Bytes that are not UTF-8 are parsed
+    # too (the reader replaces them) and the record left to the rules: a check inside the
+    # parse's input would run interpreted, by reflection, a record at a time.
+    utf8 = F.is_valid_utf8("value") & (key.isNull() | F.is_valid_utf8(key))
+    record_text = F.concat(
+        F.lit('{"v":'),
+        F.col("value").cast("string"),
+        F.lit(',"k":'),
+        key_text,
+        F.lit(',"kw":'),
+        key_text,
+        F.lit("}"),
+    )
+    stages.append(["*", F.from_json(record_text, RECORD_SCHEMA, _PARSE).alias("__p")])
+    v = F.col("__p")["v"]
     wrapped = v["payload"].isNotNull()  # and nothing of the envelope at the top
     for name in _ENVELOPE:
         wrapped = wrapped & v[name].isNull()
 
-    def field(name: str) -> Column:
-        return F.when(wrapped, v["payload"][name]).otherwise(v[name])
+    # The envelope's fields once, as columns: an expression used twice is written out twice in
+    # the plan, and the plan's size is what every batch pays for (built, optimized, compiled).
+    stages.append(
+        [
+            "*",
+            *[
+                F.when(wrapped, v["payload"][n]).otherwise(v[n]).alias(f"__e_{n}")
+                for n in _ENVELOPE
+            ],
+            F.when(wrapped, v["schema"]["fields"]).alias("__e_fields"),
+        ]
+    )
 
-    envelope_fields = F.when(wrapped, v["schema"]["fields"])
+    def field(name: str) -> Column:
+        return F.col(f"__e_{name}")
+
+    envelope_fields = F.col("__e_fields")
 
     def schemas_of(part: str) -> Column:
-        matching = F.filter(envelope_fields, lambda f: f["field"] == part)
-        columns = F.filter(F.get(matching, 0)["fields"], lambda f: f["field"].isNotNull())
-        return F.map_from_entries(F.transform(columns, lambda f: F.struct(f["field"], f)))
+        """The Connect schemas of ``part``'s columns by name, as ``_SHAPE``s (null: a column
+        without a name; the rules read the record)."""
+        chosen = F.get(envelope_fields, F.array_position(envelope_fields["field"], part) - 1)
+        columns = chosen["fields"]
+        names = columns["field"]
+        shapes = F.arrays_zip(
+            columns["type"], columns["name"], columns["parameters"], columns["items"]
+        ).cast(f"array<{_SHAPE}>")
+        # No name is null (sorted, nulls come first; array_compact is a higher-order function).
+        named = (F.size(names) <= 0) | F.get(F.sort_array(names), 0).isNotNull()
+        return F.when(named, F.map_from_arrays(names, shapes))
 
     topic, offset = F.col("topic"), F.col("offset")
     tx_topic = _by_feed(feeds, lambda f: f.transaction_topic)
@@ -432,7 +559,7 @@ def decode(records: DataFrame, feeds: Sequence[Feed]) -> DataFrame:
     integers = {
         f"{f.name}\u0000{t}": sorted(cols) for f in feeds for t, cols in f.integer_columns.items()
     }
-    key_id, key_ok = _key_id(F.col("key"))
+    key_id, key_ok = _record_key(F.col("__p"), key)
     forms = _by_feed(feeds, lambda f: list(placeholder_texts(f.placeholder)))
     text_form, encoded_form = F.get(forms, 0), F.get(forms, 1)
     other_forms = F.slice(forms, 3, 4)
@@ -440,30 +567,37 @@ def decode(records: DataFrame, feeds: Sequence[Feed]) -> DataFrame:
     # float, no unsigned type in the text) and no placeholder in any form (the text holds none
     # of them, nor an escape). Spark runs higher-order functions interpreted, a lambda a column:
     # those records skip them.
-    first_byte = _by_feed(feeds, lambda f: _first_byte_pattern(f.placeholder))
-    may_hold = (
-        value_text.contains(text_form)
-        | value_text.contains(encoded_form)
-        | value_text.contains("\\")
-        | F.regexp_like(value_text, first_byte)
-    )
+    # Literal texts and patterns, a feed at a time (a pattern from a column compiles a record).
+    may_hold = value_text.contains("\\")
+    for f in feeds:
+        text, encoded = placeholder_texts(f.placeholder)[:2]
+        may_hold = may_hold | (
+            (F.col("feed") == f.name)
+            & (
+                value_text.contains(text)
+                | value_text.contains(encoded)
+                | value_text.rlike(_first_byte_pattern(f.placeholder))
+            )
+        )
     converts = F.lit(False)
     for mark in _CONVERTING_MARKS:
         converts = converts | value_text.contains(mark)
     simple = F.coalesce(~may_hold & ~converts, F.lit(False))
 
-    frame = frame.select(
-        "*",
-        field("op").alias("__op"),
-        field("source").alias("__source"),
-        field("transaction").alias("__tx"),
-        schemas_of("after").alias("__s_after"),
-        schemas_of("before").alias("__s_before"),
-        key_id.alias("__key_id"),
-        key_ok.alias("__key_ok"),
-        F.coalesce(topic == tx_topic, F.lit(False)).alias("__boundary"),
-        table.alias("__table"),
-        simple.alias("__simple"),
+    stages.append(
+        [
+            "*",
+            field("op").alias("__op"),
+            field("source").alias("__source"),
+            field("transaction").alias("__tx"),
+            schemas_of("after").alias("__s_after"),
+            schemas_of("before").alias("__s_before"),
+            key_id.alias("__key_id"),
+            key_ok.alias("__key_ok"),
+            F.coalesce(topic == tx_topic, F.lit(False)).alias("__boundary"),
+            table.alias("__table"),
+            simple.alias("__simple"),
+        ]
     )
     op = F.col("__op")
     mapped = _lookup(_OPS, op)
@@ -484,10 +618,14 @@ def decode(records: DataFrame, feeds: Sequence[Feed]) -> DataFrame:
 
     part = F.when(deleting, field("before")).otherwise(field("after"))
     before = field("before")
-    frame = frame.select(
-        "*",
-        F.when(~F.col("__simple"), convert(part, row_schemas)).alias("__row_c"),
-        F.when(~F.col("__simple") & ~deleting, convert(before, before_schemas)).alias("__before_c"),
+    stages.append(
+        [
+            "*",
+            F.when(~F.col("__simple"), convert(part, row_schemas)).alias("__row_c"),
+            F.when(~F.col("__simple") & ~deleting, convert(before, before_schemas)).alias(
+                "__before_c"
+            ),
+        ]
     )
     row_c, before_c = F.col("__row_c"), F.col("__before_c")
 
@@ -548,34 +686,30 @@ def decode(records: DataFrame, feeds: Sequence[Feed]) -> DataFrame:
     place = F.coalesce(F.col("__tx")["data_collection_order"], offset)
     truncate = op == "t"
     event_op = F.when(truncate, F.lit("T")).otherwise(mapped)
-    meta = F.map_filter(
-        F.create_map(
-            F.lit(OP_COLUMN),
-            event_op,
-            F.lit(KEY_COLUMN),
-            F.when(~truncate, F.col("__key_id")),
-            F.lit(POSITION_COLUMN),
-            position,
-            F.lit(TIME_COLUMN),
-            F.when(~truncate, time),
-        ),
-        lambda k, x: (k != TIME_COLUMN) | x.isNotNull(),
-    )
+    # No higher-order function where most records pass: Spark runs them interpreted, and an
+    # interpreted read of a struct's field builds a SQLConf (Spark 4.2), a record at a time.
+    meta_entries = [
+        F.lit(OP_COLUMN),
+        event_op,
+        F.lit(KEY_COLUMN),
+        F.when(~truncate, F.col("__key_id")),
+        F.lit(POSITION_COLUMN),
+        position,
+    ]
+    meta = F.when(
+        ~truncate & time.isNotNull(),
+        F.create_map(*meta_entries, F.lit(TIME_COLUMN), time),
+    ).otherwise(F.create_map(*meta_entries))
     flags = F.map_from_arrays(
         F.transform(missing, lambda k: F.concat(F.lit(FLAGS), k)),
         F.transform(missing, lambda k: F.lit(str(MISSING))),
     )
-    row = F.when(truncate, meta).otherwise(F.map_concat(values, meta, flags))
-    shapes = F.transform_values(
-        row_schemas,
-        lambda k, s: F.struct(
-            s["type"].alias("type"),
-            s["name"].alias("name"),
-            s["parameters"].alias("parameters"),
-            s["items"].alias("items"),
-        ),
+    row = (
+        F.when(truncate, meta)
+        .when(F.size(missing) > 0, F.map_concat(values, meta, flags))
+        .otherwise(F.map_concat(values, meta))
     )
-    fields = F.when(~truncate & (F.size(row_schemas) > 0), F.to_json(shapes))
+    fields = F.when(~truncate & (F.size(row_schemas) > 0), F.to_json(row_schemas))
     snapshot = source["snapshot"]
     data_ok = (
         op.isin(*_OPS, "t")
@@ -601,7 +735,8 @@ def decode(records: DataFrame, feeds: Sequence[Feed]) -> DataFrame:
     boundary = F.col("__boundary")
     read = (
         v.isNotNull()
-        & v["__corrupt"].isNull()
+        & F.col("__p")["__corrupt"].isNull()
+        & utf8
         & F.col("__key_ok")
         & F.when(boundary, boundary_ok).otherwise(data_ok)
     )
@@ -612,17 +747,19 @@ def decode(records: DataFrame, feeds: Sequence[Feed]) -> DataFrame:
     data = ~skip & ~boundary
     kind = (
         F.when(skip, F.lit("skip"))
-        .when(boundary, F.lower(status))
+        .when(boundary & (status == "BEGIN"), F.lit("begin"))
+        .when(boundary, F.lit("end"))
         .when(loose_event, F.lit("loose"))
         .otherwise(F.lit("data"))
     )
-    chunk = F.format_string("%s[%d]", topic, F.col("partition"))
+    chunk = F.concat(topic, F.lit("["), F.col("partition").cast("string"), F.lit("]"))
     item = (
         F.when(skip, F.lit(None))
         .when(boundary, _transaction_key(tx_id))
         .when(loose_event, chunk)
         .otherwise(transaction)
     )
+    stages.append(["*", F.when(data, row).alias("__row")])  # once, for row and columns
     out = {
         "kind": kind,
         "item": item,
@@ -634,8 +771,8 @@ def decode(records: DataFrame, feeds: Sequence[Feed]) -> DataFrame:
         "schema": F.when(data, _lookup(schema_of, table_key)),
         "op": F.when(data, event_op),
         "order": F.when(data, F.when(loose_event, offset).otherwise(place)),
-        "row": F.when(data, row),
-        "columns": F.when(data, F.map_keys(row)),
+        "row": F.col("__row"),
+        "columns": F.map_keys(F.col("__row")),
         "fields": F.when(data, fields),
         "unavailable": F.when(data & ~truncate, F.size(missing)).otherwise(F.lit(0)),
         "snapshot_last": F.coalesce(data & loose_event & (snapshot == SNAPSHOT_LAST), F.lit(False)),
@@ -647,4 +784,5 @@ def decode(records: DataFrame, feeds: Sequence[Feed]) -> DataFrame:
         (out[name] if name in out else F.col(name)).cast(kind_).alias(name)
         for name, kind_ in DECODED_FIELDS
     ]
-    return frame.select(*columns, decodable.alias(DECODABLE))
+    stages.append([*columns, decodable.alias(DECODABLE)])
+    return stages
