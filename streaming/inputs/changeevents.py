@@ -22,10 +22,11 @@ a JSON object, a value outside a type's range (PostgreSQL's ``infinity``), a dec
 column whose value the rules convert, anything this module does not know.
 
 Where Spark's reader and Python's differ it is on input no converter writes, and the two make
-no claim of equivalence there (docs/interface.md): a key repeated in one object (Python keeps
-the last value, Spark's map the first), text after the first JSON value (Spark ignores it), a
-number where the schema names a decimal's base64 bytes, an object with keys besides ``schema``
-and ``payload``. A float keeps its value but may be written otherwise (``1.0E20`` for
+no claim of equivalence there (to be said in docs/interface.md when the job uses it): a key
+repeated in one object (Python keeps the last value, Spark's map the first), a key's text that
+is not JSON but closes the record's object early (``1,"v":{…}``: value and key are parsed as
+one object), a number where the schema names a decimal's base64 bytes, an object with keys
+besides ``schema`` and ``payload``. A float keeps its value but may be written otherwise (``1.0E20`` for
 ``1e+20``): a property of a numeric type holds the same number.
 """
 
