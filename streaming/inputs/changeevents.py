@@ -26,8 +26,8 @@ no claim of equivalence there (to be said in docs/interface.md when the job uses
 repeated in one object (Python keeps the last value, Spark's map the first), a key's text that
 is not JSON but closes the record's object early (``1,"v":{…}``: value and key are parsed as
 one object), a number where the schema names a decimal's base64 bytes, an object with keys
-besides ``schema`` and ``payload``. A float keeps its value but may be written otherwise (``1.0E20`` for
-``1e+20``): a property of a numeric type holds the same number.
+besides ``schema`` and ``payload``. A float keeps its value but may be written otherwise
+(``1.0E20`` for ``1e+20``): a property of a numeric type holds the same number.
 """
 
 from __future__ import annotations

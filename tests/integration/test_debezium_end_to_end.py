@@ -13,7 +13,6 @@ a key deleted and inserted again, many rows in one transaction) while the job ru
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -22,16 +21,16 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.support import Workspace, stored_outcomes, streaming_job
+from tests.support import Workspace, lakestate, stored_outcomes, streaming_job
 from tests.support.cdc import wait_until
 from tests.support.datasets import SHOP
 from tests.support.kafka import read_topic
 from tests.support.kafka_broker import LocalKafkaBroker
 from tests.support.kafka_connect import DebeziumPostgresConnect, wait_for_slot
+from tests.support.lakestate import State, versions_per_batch
 from tests.support.postgres import PostgresCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -40,12 +39,13 @@ TABLES = {"shop.Customer": "public.customers", "shop.Order": "public.orders"}
 COLUMNS = {"shop.Customer": ("name", "balance"), "shop.Order": ("customerId", "amount")}
 PG_COLUMNS = {"shop.Customer": ("name", "balance"), "shop.Order": ("customer_id", "amount")}
 
-State = dict[str, dict[str, tuple[Any, ...]]]
-"""schema → id → the row's values (``COLUMNS``)."""
-
 
 def _value(value: Any) -> Any:
     return float(value) if isinstance(value, Decimal | float) else value
+
+
+def _delta_value(_: str, value: Any) -> Any:
+    return _value(value)
 
 
 def pg_state(pg: PostgresCluster) -> State:
@@ -59,42 +59,11 @@ def pg_state(pg: PostgresCluster) -> State:
 
 
 def delta_state(warehouse: Path, versions: dict[str, int] | None = None) -> State:
-    state: State = {}
-    for schema in TABLES:
-        path = warehouse / "shop" / Path(*schema.split("."))
-        version = None if versions is None else versions.get(schema, 0)
-        table = deltalake.DeltaTable(str(path), version=version)
-        state[schema] = {
-            r["id"]: tuple(_value(r[c]) for c in COLUMNS[schema])
-            for r in table.to_pyarrow_table().to_pylist()
-        }
-    return state
-
-
-def versions_per_batch(warehouse: Path) -> dict[int, dict[str, int]]:
-    """batch → schema → the version the ledger recorded for it by that batch (the consistent
-    read after the batch: the highest version of each table over the batches up to it)."""
-    ledger = deltalake.DeltaTable(str(warehouse / "_system" / "transactions"))
-    by_batch: dict[int, dict[str, int]] = {}
-    for row in ledger.to_pyarrow_table().to_pylist():
-        versions = by_batch.setdefault(row["batch_id"], {})
-        for schema, version in json.loads(row["table_versions"]).items():
-            versions[schema] = max(versions.get(schema, 0), version)
-    running: dict[str, int] = {}
-    out: dict[int, dict[str, int]] = {}
-    for batch in sorted(by_batch):
-        for schema, version in by_batch[batch].items():
-            running[schema] = max(running.get(schema, 0), version)
-        out[batch] = dict(running)
-    return out
+    return lakestate.delta_state(warehouse, COLUMNS, versions, value=_delta_value)
 
 
 def consistent(warehouse: Path) -> State | None:
-    """The tables as of the last batch the ledger holds (None before the first)."""
-    if not (warehouse / "_system" / "transactions").exists():
-        return None
-    batches = versions_per_batch(warehouse)
-    return delta_state(warehouse, batches[max(batches)]) if batches else None
+    return lakestate.consistent(warehouse, COLUMNS, value=_delta_value)
 
 
 @pytest.fixture(scope="module")

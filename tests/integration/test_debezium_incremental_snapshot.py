@@ -27,11 +27,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.support import Workspace, stored_outcomes, streaming_job
+from tests.support import Workspace, lakestate, stored_outcomes, streaming_job
 from tests.support.cdc import wait_until
 from tests.support.kafka_broker import LocalKafkaBroker
 from tests.support.kafka_connect import (
@@ -40,6 +39,7 @@ from tests.support.kafka_connect import (
     DebeziumPostgresConnect,
     wait_for_slot,
 )
+from tests.support.lakestate import State
 from tests.support.mariadb import MariaDBServer
 from tests.support.postgres import PostgresCluster
 
@@ -63,18 +63,9 @@ COLUMNS = {"shop.Account": ("balance",), "shop.Entry": ("amount", "note", "rev")
 ENTRIES = 600
 CHUNK = 40
 
-State = dict[str, dict[str, tuple[Any, ...]]]
-
 
 def delta_state(warehouse: Path) -> State:
-    state: State = {}
-    for schema in COLUMNS:
-        path = warehouse / "shop" / Path(*schema.split("."))
-        rows = (
-            deltalake.DeltaTable(str(path)).to_pyarrow_table().to_pylist() if path.exists() else []
-        )
-        state[schema] = {r["id"]: tuple(r[c] for c in COLUMNS[schema]) for r in rows}
-    return state
+    return lakestate.delta_state(warehouse, COLUMNS)
 
 
 class Database:

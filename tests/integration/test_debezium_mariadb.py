@@ -36,12 +36,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 from streaming.core.changefeed import binlog_position
-from tests.support import Workspace, stored_outcomes, streaming_job
+from tests.support import Workspace, lakestate, stored_outcomes, streaming_job
 from tests.support.cdc import wait_until
 from tests.support.datasets import SHOP_MARIADB
 from tests.support.kafka import read_topic
 from tests.support.kafka_broker import LocalKafkaBroker
 from tests.support.kafka_connect import DebeziumMariaDBConnect
+from tests.support.lakestate import State, versions_per_batch
 from tests.support.mariadb import MariaDBServer
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -57,9 +58,6 @@ DB_COLUMNS = {
 }
 KINDS = {"born": "date", "since": "time", "seen": "time", "placed": "time", "profile": "json"}
 POSITION = re.compile(r"binlog\.\d{10}/\d{20}/\d{10}")
-
-State = dict[str, dict[str, tuple[Any, ...]]]
-"""schema → id → the row's values (``COLUMNS``), in Python's types."""
 
 
 def _db_value(column: str, value: Any) -> Any:
@@ -91,47 +89,12 @@ def db_state(db: MariaDBServer) -> State:
     return state
 
 
-def delta_rows(warehouse: Path, schema: str, version: int | None = None) -> list[dict[str, Any]]:
-    path = warehouse / "shop" / Path(*schema.split("."))
-    rows: list[dict[str, Any]] = (
-        deltalake.DeltaTable(str(path), version=version).to_pyarrow_table().to_pylist()
-    )
-    return rows
-
-
 def delta_state(warehouse: Path, versions: dict[str, int] | None = None) -> State:
-    state: State = {}
-    for schema in TABLES:
-        version = None if versions is None else versions.get(schema, 0)
-        state[schema] = {
-            r["id"]: tuple(_delta_value(c, r[c]) for c in COLUMNS[schema])
-            for r in delta_rows(warehouse, schema, version)
-        }
-    return state
-
-
-def versions_per_batch(warehouse: Path) -> dict[int, dict[str, int]]:
-    """batch → schema → the version the ledger recorded for it by that batch."""
-    ledger = deltalake.DeltaTable(str(warehouse / "_system" / "transactions"))
-    by_batch: dict[int, dict[str, int]] = {}
-    for row in ledger.to_pyarrow_table().to_pylist():
-        versions = by_batch.setdefault(row["batch_id"], {})
-        for schema, version in json.loads(row["table_versions"]).items():
-            versions[schema] = max(versions.get(schema, 0), version)
-    running: dict[str, int] = {}
-    out: dict[int, dict[str, int]] = {}
-    for batch in sorted(by_batch):
-        for schema, version in by_batch[batch].items():
-            running[schema] = max(running.get(schema, 0), version)
-        out[batch] = dict(running)
-    return out
+    return lakestate.delta_state(warehouse, COLUMNS, versions, value=_delta_value)
 
 
 def consistent(warehouse: Path) -> State | None:
-    if not (warehouse / "_system" / "transactions").exists():
-        return None
-    batches = versions_per_batch(warehouse)
-    return delta_state(warehouse, batches[max(batches)]) if batches else None
+    return lakestate.consistent(warehouse, COLUMNS, value=_delta_value)
 
 
 @pytest.fixture(scope="module")
@@ -272,10 +235,8 @@ def test_mariadb_to_delta_equal_after_every_batch_and_at_the_end(
     # transaction changed are at its end, the snapshot's rows left alone before it.
     file, pos, _ = db.binlog_position()
     end = binlog_position({"file": file, "pos": pos, "row": 0})
-    positions = {
-        schema: {r["id"]: r["sourcePosition"] for r in delta_rows(warehouse, schema)}
-        for schema in TABLES
-    }
+    stored = lakestate.delta_state(warehouse, dict.fromkeys(TABLES, ("sourcePosition",)))
+    positions = {schema: {k: v[0] for k, v in rows.items()} for schema, rows in stored.items()}
     for schema, by_id in positions.items():
         for row_id, position in by_id.items():
             assert POSITION.fullmatch(position) and position < end, (schema, row_id, position)
