@@ -35,7 +35,7 @@ from bench.common import say
 from bench.sizes import Sizes
 from streaming.core.changefeed import Feed, Received, decode_json_value
 from streaming.inputs.changeevents import decode
-from streaming.runtime.feeds import DDL, rules_decoder
+from streaming.inputs.changefeeds import DDL, rules_decoder
 from tests.support.debezium import Topics, feed
 
 TABLES = {"public.accounts": "ledger.Account", "public.payments": "ledger.Payment"}

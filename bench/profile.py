@@ -133,8 +133,9 @@ class Profiler:
     def __enter__(self) -> Profiler:
         from streaming.apply import objects as apply
         from streaming.apply import scd2
+        from streaming.inputs import changefeeds as feeds
         from streaming.inputs import loads
-        from streaming.runtime import feeds, metering, sink
+        from streaming.runtime import metering, sink
         from streaming.storage import ledger, system, timeline
 
         sink_cls = sink.Sink

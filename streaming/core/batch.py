@@ -51,7 +51,7 @@ class SourcePosition:
     partition: int = 0
     offset: int = 0
     """kafka: the record offset; landing: the 1-based line number; changes: the place in the
-    order ``core.changefeed.assemble`` gives (commit order)."""
+    order ``tests/support/assembly.assemble`` (the reference model) gives (commit order)."""
     mtime: datetime | None = None
 
     def sort_key(self) -> tuple[int, float, str, int, int]:

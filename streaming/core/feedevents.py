@@ -3,10 +3,10 @@ executors), the rows summarised per source transaction and per chunk (by Spark),
 small summaries decided on the driver — which transactions apply now, in what order, which are
 given up, which wait. Pure: no Spark.
 
-``core.changefeed.assemble`` is the reference: for the same records, ``decide`` over
+The reference model (``assemble``, tests/support/assembly.py): for the same records, ``decide`` over
 ``summarize``'s summaries gives the same items in the same order with the same errors, and
 ``parts_of`` over ``part_counts`` the same actions (``tests/unit/test_feedevents.py``). The
-Spark job (``runtime.feeds``) computes what ``summarize`` and ``part_counts`` compute here, as
+Spark job (``inputs.changefeeds``) computes what ``summarize`` and ``part_counts`` compute here, as
 aggregations, so the driver never holds an event.
 
 What still runs per source transaction on the driver, and why: ``decide`` (one small summary
@@ -245,7 +245,7 @@ class ChunkSummary:
     snapshot_last: bool
     incremental: bool = False
     """It holds an incremental snapshot's reads: it applies after the batch's transactions
-    (``core.changefeed.incremental``)."""
+    (``incremental``, tests/support/assembly.py)."""
 
 
 @dataclass(frozen=True)
@@ -278,7 +278,7 @@ def end_counts(text: str | None) -> dict[str, int]:
 
 def summarize(rows: Iterable[Mapping[str, Any]]) -> Summaries:
     """The summaries of one feed's decoded rows, computed in Python: the reference of the
-    Spark aggregation (``runtime.feeds``). Records come once (by place)."""
+    Spark aggregation (``inputs.changefeeds``). Records come once (by place)."""
     unique = {(r["topic"], r["partition"], r["offset"]): r for r in rows}
     txs: dict[str, dict[str, Any]] = {}
     chunks: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
@@ -343,7 +343,7 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> Summaries:
 @dataclass(frozen=True)
 class Ready:
     """What becomes one request of the batch: a source transaction, a chunk, or a record that
-    cannot be read — ``core.changefeed.SourceTransaction`` without its events."""
+    cannot be read — ``SourceTransaction`` (tests/support/assembly.py) without its events."""
 
     feed: Feed
     item: str
@@ -368,7 +368,7 @@ class Ready:
 class Decision:
     ready: list[Ready]
     """In the order they apply: unreadable records, chunks, source transactions in commit
-    order, incremental snapshots' chunks (``core.changefeed.Assembly.ready``)."""
+    order, incremental snapshots' chunks (``Assembly.ready``, tests/support/assembly.py)."""
     waiting: list[TxSummary]
 
 
@@ -382,7 +382,8 @@ def _none_committed(ids: Sequence[str]) -> Collection[str]:
 def decide(
     feed: Feed, summaries: Summaries, now: datetime, committed: Committed = _none_committed
 ) -> Decision:
-    """``core.changefeed.assemble``'s decisions over summaries instead of records."""
+    """The reference model's (tests/support/assembly.py) decisions, over summaries instead of
+    records."""
     unreadable = [
         Ready(
             feed,
@@ -515,7 +516,7 @@ def staged_events(
     table before it), its staged events in order — a transaction's events once per place in
     their table (the first record of it), in the order of that place; a truncate event first
     in the segment it opens. Computed in Python: the reference of the Spark job's
-    (``runtime.feeds``)."""
+    (``inputs.changefeeds``)."""
     items = {(r.feed.name, r.item) for r in ready if r.error is None}
     chosen: dict[tuple[str, str, int], Mapping[str, Any]] = {}
     for r in sorted(rows, key=lambda r: (r["topic"], r["partition"], r["offset"])):
@@ -555,7 +556,7 @@ def part_counts(rows: Iterable[Mapping[str, Any]], ready: Iterable[Ready]) -> li
 
 def parts_of(item: Ready, counts: Iterable[PartCount]) -> list[Piece]:
     """The actions of a ready item, per schema in name order: runs of rows cut by each
-    truncate (``core.changefeed.SourceTransaction.parts``)."""
+    truncate (``SourceTransaction.parts``, tests/support/assembly.py)."""
     by_schema: dict[str, list[PartCount]] = {}
     for c in counts:
         by_schema.setdefault(c.schema, []).append(c)

@@ -121,7 +121,7 @@ class TableRows:
 @dataclass(frozen=True)
 class Events:
     """The rows of one table of a source transaction of a change feed (``core.feedevents``),
-    staged by Spark (``runtime.feeds``): DMS-shaped (``Op``), read as a DMS file is."""
+    staged by Spark (``inputs.changefeeds``): DMS-shaped (``Op``), read as a DMS file is."""
 
     location: str
     rows: int

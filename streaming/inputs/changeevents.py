@@ -1,6 +1,6 @@
 """Debezium change events decoded by Spark: one JSON parse a record, on the executors' JVMs.
 
-Not used by the job yet (``runtime.feeds`` decodes with the rules), issue 58. What it costs,
+Not used by the job yet (``inputs.changefeeds`` decodes with the rules), issue 58. What it costs,
 profiled (JFR over the executors, the stages' build/optimize times; bench/history/rounds.md):
 a fixed ~2-3 s a query before the first record — the expressions are a plan of ~220k characters,
 analyzed a select at a time (1.2 s with the columns built once, ``_projections``), optimized

@@ -462,7 +462,7 @@ def _read_together(spark: SparkSession, group: Sequence[Load], reader: Reader) -
 
 
 class StagedRows(Protocol):
-    """A batch's change-feed rows staged by Spark (``runtime.feeds.FeedBatch``)."""
+    """A batch's change-feed rows staged by Spark (``inputs.changefeeds.FeedBatch``)."""
 
     def columns(self, schema: str) -> list[str]:
         """The staged rows' columns for a target schema."""

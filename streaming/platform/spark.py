@@ -42,6 +42,7 @@ __all__ = [
     "next_job_id",
     "plan_size_bytes",
     "sleep_until_interrupted",
+    "unpersist",
 ]
 
 
@@ -246,3 +247,12 @@ def jvm_ignores_stop_signals() -> Iterator[None]:
         yield
     finally:
         java_gateway.Popen = original  # type: ignore[attr-defined]
+
+
+def unpersist(frames: list[DataFrame], start: int = 0) -> None:
+    """Unpersist ``frames[start:]``, each taken off the list only once Spark has let it go: a
+    release the job's stop interrupts (an ``InterruptedException`` in the batch's thread) leaves
+    the rest on the list, for the job to release once the query has ended."""
+    while len(frames) > start:
+        frames[-1].unpersist()
+        frames.pop()

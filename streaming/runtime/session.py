@@ -16,7 +16,7 @@ import os
 from importlib import resources
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from streaming.core.config import SparkConfig
 from streaming.core.errors import ConfigError
@@ -33,7 +33,6 @@ __all__ = [
     "jar_paths",
     "log4j2_config",
     "session_conf",
-    "unpersist",
 ]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -157,12 +156,3 @@ def _python() -> str:
     import sys
 
     return sys.executable
-
-
-def unpersist(frames: list[DataFrame], start: int = 0) -> None:
-    """Unpersist ``frames[start:]``, each taken off the list only once Spark has let it go: a
-    release the job's stop interrupts (an ``InterruptedException`` in the batch's thread) leaves
-    the rest on the list, for the job to release once the query has ended."""
-    while len(frames) > start:
-        frames[-1].unpersist()
-        frames.pop()

@@ -63,16 +63,16 @@ from streaming.core.plan import Load, PlannedTransaction, plan_transaction
 from streaming.core.requests import Operation
 from streaming.core.results import batch_outcomes, with_scd2_versions
 from streaming.core.steps import segments, waves
+from streaming.inputs.changefeeds import ChangeFeeds, FeedBatch
 from streaming.inputs.loads import Loaded, changes_only, load_wave
 from streaming.inputs.reader import Reader
 from streaming.platform import hadoop
 from streaming.platform.exceptions import java_text
-from streaming.runtime.feeds import ChangeFeeds, FeedBatch
+from streaming.platform.spark import unpersist
 from streaming.runtime.lease import Lease
 from streaming.runtime.metering import Cost, Meter
 from streaming.runtime.metrics import Metrics
 from streaming.runtime.parallel import Sessions
-from streaming.runtime.session import unpersist
 from streaming.runtime.sourcecolumns import SourceColumns
 from streaming.runtime.stopping import (
     BatchGate,
@@ -133,7 +133,7 @@ class Sink:
     storage_retry: StorageRetryConfig = field(default_factory=StorageRetryConfig)
     """How a batch failed by a store's trouble is retried (``storage_retry:``)."""
     changes: ChangeFeeds | None = field(default=None, init=False)
-    """The change feeds' share of each batch (``runtime.feeds``); None without feeds."""
+    """The change feeds' share of each batch (``inputs.changefeeds``); None without feeds."""
     sessions: Sessions = field(init=False)
     columns: SourceColumns = field(init=False)
     """The change feeds' new source columns (``schema_changes``; ``runtime.sourcecolumns``)."""
@@ -157,7 +157,7 @@ class Sink:
     """The running batch's change feeds (their staged rows are read by its waves)."""
     _held: list[DataFrame] = field(default_factory=list, init=False)
     """The batch's cached frames — its change feeds' decoded and staged events
-    (``runtime.feeds``), its change rows (``loads.load_wave``) — unpersisted when it ends:
+    (``inputs.changefeeds``), its change rows (``loads.load_wave``) — unpersisted when it ends:
     history is appended after every wave, and a first load's is computed from them."""
 
     def __post_init__(self) -> None:
@@ -265,7 +265,7 @@ class Sink:
 
     def _run(self, df: DataFrame, batch_id: int, *, replay: bool) -> tuple[list[RawRequest], bool]:
         """One attempt of the batch: its records read (``df``, again on a retry) and processed.
-        Requests are collected; a change feed's records stay in Spark (``runtime.feeds``)."""
+        Requests are collected; a change feed's records stay in Spark (``inputs.changefeeds``)."""
         kind = F.col("kind")
         rows = (df.where(kind != "changes") if self.feeds else df).collect()
         if self.dms_zone:  # a file of 0 bytes has no row: it gets one, and an outcome
@@ -385,7 +385,7 @@ class Sink:
         self, changes: DataFrame | None, batch_id: int, at: datetime, *, replay_possible: bool
     ) -> FeedBatch:
         """The change feeds' records (this batch's and those waiting) decoded and decided
-        (``runtime.feeds``); the feeds' new source columns followed, by each feed's policy,
+        (``inputs.changefeeds``); the feeds' new source columns followed, by each feed's policy,
         before anything of the batch is applied."""
         assert self.changes is not None
         feeds = self.changes.open(

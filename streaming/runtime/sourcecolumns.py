@@ -47,7 +47,7 @@ class SourceColumns:
     ) -> Mapping[str, Dataset]:
         """The definitions the feed's ready transactions apply with — ``events``: the shapes
         their events came in (``table``, ``row``, ``fields``, ``where``, in the order they
-        apply; ``runtime.feeds.Shape``) — ``datasets``, and with
+        apply; ``inputs.changefeeds.Shape``) — ``datasets``, and with
         ``schema_changes: evolve`` the new columns as properties (their columns added to the
         tables). Raises ``SOURCE_TYPE_CHANGED`` for a column whose type no longer fits, and with
         ``fail`` ``SOURCE_SCHEMA_CHANGED`` for a new column: the batch stops before it applies

@@ -5,7 +5,7 @@ The table holds the whole waiting set: each batch that changes it overwrites it 
 once per batch (``commits.overwrite``: a replay finds its commit and does not make it again), with
 the batch's other system writes. A batch reads it at the version before its own commit — the
 version the batch it follows left — so a replayed batch sees exactly what it saw the first time.
-The records are read and written by Spark (``runtime.feeds``), never held on the driver: it
+The records are read and written by Spark (``inputs.changefeeds``), never held on the driver: it
 keeps only their number between batches (``Waiting``), so that a batch after one that left
 nothing waiting reads nothing.
 

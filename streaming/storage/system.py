@@ -44,7 +44,7 @@ def quarantine(
     more: DataFrame | None = None,
 ) -> None:
     """Keep the raw bytes of rejected requests, with why and where they came from; ``more``:
-    rows of ``QUARANTINE_SCHEMA`` built by Spark (a change feed's, ``runtime.feeds``)."""
+    rows of ``QUARANTINE_SCHEMA`` built by Spark (a change feed's, ``inputs.changefeeds``)."""
     rows = [
         (
             tid,

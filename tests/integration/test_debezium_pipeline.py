@@ -187,7 +187,7 @@ def test_snapshot_events_are_reads_without_a_transaction(run: Run) -> None:
         assert m.payload["source"]["snapshot"] in SNAPSHOT_MARKS
         assert isinstance(m.payload["source"]["lsn"], int)
     # Each table's first and last read are marked; the snapshot's very last read is "last"
-    # (what ends a feed's snapshot: core.changefeed.ends_snapshot).
+    # (what ends a feed's snapshot: tests/support/assembly.ends_snapshot).
     assert [m.payload["source"]["snapshot"] for m in snapshot] == [
         "first",
         "true",

@@ -1,7 +1,7 @@
-"""runtime.feeds: what Spark computes of a change feed's records — the decoded rows' summaries,
+"""inputs.changefeeds: what Spark computes of a change feed's records — the decoded rows' summaries,
 the decision, the staged events' counts, shapes and rows — equals what ``core.feedevents``
-computes of the same records in Python (itself held to ``core.changefeed.assemble`` by
-tests/unit/test_feedevents.py)."""
+computes of the same records in Python (itself held to the reference model,
+tests/support/assembly.py, by tests/unit/test_feedevents.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from streaming.core.feedevents import (
     summarize,
 )
 from streaming.core.layout import Layout
-from streaming.runtime.feeds import ChangeFeeds
+from streaming.inputs.changefeeds import ChangeFeeds
 from streaming.storage.pending import Waiting
 from tests.support.datasets import SHOP
 from tests.support.debezium import T0, Topics, feed

@@ -26,29 +26,31 @@ from streaming.core.changefeed import (
     SNAPSHOT_LAST,
     DataEvent,
     Received,
-    SourceTransaction,
-    assemble,
     binlog_position,
     connect_value,
     decimal_text,
-    decode_changes_request,
     decode_json_value,
-    ends_snapshot,
     feed_of,
     is_unavailable,
     key_id,
     may_hold_placeholder,
     plain_json,
     read_debezium,
-    snapshot_of,
     source_position,
     transaction_key,
-    unavailable_kept,
 )
 from streaming.core.config import ChangeFeedConfig
 from streaming.core.errors import ConfigError, RejectedError
 from streaming.core.layout import Layout
 from streaming.core.plan import plan_transaction
+from tests.support.assembly import (
+    SourceTransaction,
+    assemble,
+    decode_changes_request,
+    ends_snapshot,
+    snapshot_of,
+    unavailable_kept,
+)
 from tests.support.debezium import T0, Topics, feed, wrap
 
 CUST, ORD = "public.customers", "public.orders"

@@ -1,5 +1,5 @@
 """core.feedevents: records decoded one by one, summarised, decided — the same items, order,
-errors, rows and waiting records as the reference (``core.changefeed.assemble``), for
+errors, rows and waiting records as the reference model (tests/support/assembly.py), for
 generated feeds (property test) and a few named cases."""
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ from streaming.core.catalog import parse_dataset
 from streaming.core.changefeed import (
     Feed,
     Received,
-    assemble,
     decode_json_value,
-    ends_snapshot,
     value_text,
 )
 from streaming.core.feedevents import (
@@ -35,6 +33,7 @@ from streaming.core.feedevents import (
 )
 from streaming.core.layout import Layout
 from streaming.core.plan import Events, plan_staged
+from tests.support.assembly import assemble, ends_snapshot
 from tests.support.datasets import SHOP
 from tests.support.debezium import T0, Topics, feed
 

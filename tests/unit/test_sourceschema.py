@@ -18,7 +18,6 @@ from streaming.core.catalog import Dataset, PropertyDef, parse_dataset
 from streaming.core.changefeed import (
     DataEvent,
     Received,
-    assemble,
     decode_json_value,
     feed_of,
     read_debezium,
@@ -44,6 +43,7 @@ from streaming.core.sourceschema import (
     with_evolved,
 )
 from streaming.runtime.sourcecolumns import SourceColumns
+from tests.support.assembly import assemble
 from tests.support.datasets import SHOP
 from tests.support.debezium import T0, Topics, feed
 

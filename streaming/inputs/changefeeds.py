@@ -57,7 +57,7 @@ from streaming.core.feedevents import (
 from streaming.core.layout import Layout
 from streaming.core.plan import Load, plan_staged
 from streaming.core.requests import TransactionRequest
-from streaming.runtime.session import unpersist
+from streaming.platform.spark import unpersist
 from streaming.storage import pending
 from streaming.storage.commits import BatchCommit
 from streaming.storage.schemas import QUARANTINE_SCHEMA
