@@ -40,30 +40,21 @@ COLUMNS = {"shop.Customer": ("name", "balance"), "shop.Order": ("customerId", "a
 PG_COLUMNS = {"shop.Customer": ("name", "balance"), "shop.Order": ("customer_id", "amount")}
 
 
-def _value(value: Any) -> Any:
+def _value(_: str, value: Any) -> Any:
+    """A number as a float on both sides (PostgreSQL's numeric, the Delta table's decimal)."""
     return float(value) if isinstance(value, Decimal | float) else value
 
 
-def _delta_value(_: str, value: Any) -> Any:
-    return _value(value)
-
-
 def pg_state(pg: PostgresCluster) -> State:
-    state: State = {}
-    for schema, table in TABLES.items():
-        rows = pg.read_table(table.split(".")[1])
-        state[schema] = {
-            str(r["id"]): tuple(_value(r[c]) for c in PG_COLUMNS[schema]) for r in rows
-        }
-    return state
+    return lakestate.source_state(pg.read_table, TABLES, PG_COLUMNS, value=_value)
 
 
 def delta_state(warehouse: Path, versions: dict[str, int] | None = None) -> State:
-    return lakestate.delta_state(warehouse, COLUMNS, versions, value=_delta_value)
+    return lakestate.delta_state(warehouse, COLUMNS, versions, value=_value)
 
 
 def consistent(warehouse: Path) -> State | None:
-    return lakestate.consistent(warehouse, COLUMNS, value=_delta_value)
+    return lakestate.consistent(warehouse, COLUMNS, value=_value)
 
 
 @pytest.fixture(scope="module")

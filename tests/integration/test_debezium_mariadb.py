@@ -80,13 +80,7 @@ def _delta_value(column: str, value: Any) -> Any:
 
 
 def db_state(db: MariaDBServer) -> State:
-    state: State = {}
-    for schema, table in TABLES.items():
-        rows = db.read_table(table.split(".")[1])
-        state[schema] = {
-            str(r["id"]): tuple(_db_value(c, r[c]) for c in DB_COLUMNS[schema]) for r in rows
-        }
-    return state
+    return lakestate.source_state(db.read_table, TABLES, DB_COLUMNS, value=_db_value)
 
 
 def delta_state(warehouse: Path, versions: dict[str, int] | None = None) -> State:

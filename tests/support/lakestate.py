@@ -15,7 +15,7 @@ from typing import Any
 
 import deltalake
 
-__all__ = ["State", "consistent", "delta_state", "versions_per_batch"]
+__all__ = ["State", "consistent", "delta_state", "source_state", "versions_per_batch"]
 
 State = dict[str, dict[str, tuple[Any, ...]]]
 """schema → id → the row's values (the columns asked for), in Python's types."""
@@ -49,6 +49,24 @@ def delta_state(
             else []
         )
         state[schema] = {r["id"]: tuple(value(c, r[c]) for c in names) for r in rows}
+    return state
+
+
+def source_state(
+    read_table: Callable[[str], Sequence[Mapping[str, Any]]],
+    tables: Mapping[str, str],
+    columns: Mapping[str, Sequence[str]],
+    *,
+    value: Value = _as_read,
+) -> State:
+    """The source database's side, in the same terms: each schema's rows (``tables``: schema →
+    ``<db schema>.<table>``; ``read_table``: a table's rows by its name), ids as text."""
+    state: State = {}
+    for schema, table in tables.items():
+        rows = read_table(table.split(".")[1])
+        state[schema] = {
+            str(r["id"]): tuple(value(c, r[c]) for c in columns[schema]) for r in rows
+        }
     return state
 
 
