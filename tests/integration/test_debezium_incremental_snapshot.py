@@ -42,6 +42,7 @@ from tests.support.kafka_connect import (
 from tests.support.lakestate import State
 from tests.support.mariadb import MariaDBServer
 from tests.support.postgres import PostgresCluster
+from tests.support.sources import KINDS, running
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -294,16 +295,15 @@ class Sessions:
             self.error = e
 
 
-@pytest.fixture(scope="module", params=["postgresql", "mariadb"])
+@pytest.fixture(scope="module", params=KINDS)
 def database(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Database]:
-    if request.param == "postgresql":
-        with PostgresCluster(tmp_path_factory.mktemp("postgres")) as pg:
-            yield Postgres(pg)
-    else:
-        with MariaDBServer(tmp_path_factory.mktemp("mariadb")) as db:
-            yield MariaDB(db)
+    with running(request.param, tmp_path_factory) as server:
+        if isinstance(server, PostgresCluster):
+            yield Postgres(server)
+        else:
+            yield MariaDB(server)
 
 
 def test_incremental_snapshots_under_concurrent_writes_equal_the_database(

@@ -44,6 +44,7 @@ from tests.support.kafka_connect import (
 )
 from tests.support.mariadb import MariaDBServer
 from tests.support.postgres import PostgresCluster
+from tests.support.sources import KINDS, running
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -565,16 +566,15 @@ class MariaDB(Database):
             conn.close()
 
 
-@pytest.fixture(scope="module", params=["postgresql", "mariadb"])
+@pytest.fixture(scope="module", params=KINDS)
 def database(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Database]:
-    if request.param == "postgresql":
-        with PostgresCluster(tmp_path_factory.mktemp("postgres")) as pg:
-            yield Postgres(pg)
-    else:
-        with MariaDBServer(tmp_path_factory.mktemp("mariadb")) as db:
-            yield MariaDB(db)
+    with running(request.param, tmp_path_factory) as server:
+        if isinstance(server, PostgresCluster):
+            yield Postgres(server)
+        else:
+            yield MariaDB(server)
 
 
 def matches(column: Column, stored: Any, source: Any) -> bool:

@@ -64,9 +64,7 @@ def source_state(
     state: State = {}
     for schema, table in tables.items():
         rows = read_table(table.split(".")[1])
-        state[schema] = {
-            str(r["id"]): tuple(value(c, r[c]) for c in columns[schema]) for r in rows
-        }
+        state[schema] = {str(r["id"]): tuple(value(c, r[c]) for c in columns[schema]) for r in rows}
     return state
 
 

@@ -29,19 +29,17 @@ import contextlib
 import json
 import logging
 import os
-import pwd
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from tests.support.ports import HOST, free_port, port_open
+from tests.support.localserver import LocalServer
+from tests.support.ports import port_open
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +47,6 @@ MARIADBD = Path(os.environ.get("MARIADBD", "/usr/sbin/mariadbd"))
 PACKAGE = "mariadb-server"
 OS_USER = "mysql"
 """The system user the server runs as when the tests run as root (the package's)."""
-PORT_ATTEMPTS = 3
 GRANTS = "SELECT, RELOAD, SHOW DATABASES, LOCK TABLES, REPLICATION SLAVE, BINLOG MONITOR"
 """What Debezium's MariaDB connector needs: the snapshot's reads and locks, the binlog."""
 
@@ -57,10 +54,6 @@ GRANTS = "SELECT, RELOAD, SHOW DATABASES, LOCK TABLES, REPLICATION SLAVE, BINLOG
 class MariaDBError(RuntimeError):
     """The server could not be set up, started, stopped, or a statement failed (the message
     carries the client's error and the log's tail)."""
-
-
-def _as_root() -> bool:
-    return os.geteuid() == 0
 
 
 class Transaction:
@@ -73,9 +66,14 @@ class Transaction:
         self.statements.append(statement.rstrip().rstrip(";"))
 
 
-class MariaDBServer:
+class MariaDBServer(LocalServer):
     """One MariaDB server on ``127.0.0.1:port`` with a database ``database`` and a user ``user``
     with the replication grants Debezium needs."""
+
+    NAME = "MariaDB"
+    LOG_NAME = "mariadb.err"
+    ERROR = MariaDBError
+    BIND_FAILED = ("Address already in use", "Can't start server")
 
     def __init__(
         self,
@@ -91,77 +89,28 @@ class MariaDBServer:
     ) -> None:
         """``settings``: more server options (``name: value``, as on mariadbd's command line
         without the dashes), over the ones set here."""
-        self.workdir = Path(workdir).resolve()
-        self.host = HOST
-        self.port = port or free_port()
-        self._port_picked = port is None
+        super().__init__(workdir, port=port, os_user=OS_USER)
         self.user = user
         self.password = password
         self.database = database
         self.server_id = server_id
         self.mariadbd = Path(mariadbd or MARIADBD)
         self.settings = dict(settings or {})
-        self.os_user = OS_USER if _as_root() else None
-        self.root: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
-        self.startup_seconds: float | None = None
-
-    # -- addresses -----------------------------------------------------------------------
-    @property
-    def data_dir(self) -> Path:
-        return self._root / "data"
 
     @property
     def socket(self) -> Path:
         return self._root / "mysqld.sock"
 
-    @property
-    def log_file(self) -> Path:
-        return self._root / "mariadb.err"
-
-    @property
-    def _root(self) -> Path:
-        if self.root is None:
-            raise MariaDBError("the server was not started")
-        return self.root
-
-    # -- lifecycle -----------------------------------------------------------------------
-    def start(self, timeout: float = 60.0) -> MariaDBServer:
-        """``mariadb-install-db``, start ``mariadbd``, create the database and the user;
-        returns ``self``. A port this object picked moves when it was taken in between."""
-        started = time.monotonic()
-        self._check_prerequisites()
-        self._make_root()
-        try:
-            self._install_db()
-            for attempt in range(1, PORT_ATTEMPTS + 1):
-                try:
-                    self._start_server(timeout)
-                    break
-                except MariaDBError as e:
-                    clash = "Address already in use" in str(e) or "Can't start server" in str(e)
-                    if not (clash and self._port_picked) or attempt == PORT_ATTEMPTS:
-                        raise
-                    log.warning("MariaDB could not bind port %s: another port", self.port)
-                    self.port = free_port()
-            self.root_sql(
-                f"CREATE DATABASE `{self.database}`;"
-                f"CREATE USER '{self.user}'@'%' IDENTIFIED BY '{self.password}';"
-                f"GRANT ALL ON `{self.database}`.* TO '{self.user}'@'%';"
-                f"GRANT {GRANTS} ON *.* TO '{self.user}'@'%';"
-            )
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_seconds = time.monotonic() - started
-        log.info(
-            "MariaDB ready on %s:%s in %.1fs (data %s)",
-            self.host,
-            self.port,
-            self.startup_seconds,
-            self.data_dir,
+    # -- lifecycle (``LocalServer.start``: install the data folder, start mariadbd, create the
+    # database and the user) ---------------------------------------------------------------
+    def _ready(self) -> None:
+        self.root_sql(
+            f"CREATE DATABASE `{self.database}`;"
+            f"CREATE USER '{self.user}'@'%' IDENTIFIED BY '{self.password}';"
+            f"GRANT ALL ON `{self.database}`.* TO '{self.user}'@'%';"
+            f"GRANT {GRANTS} ON *.* TO '{self.user}'@'%';"
         )
-        return self
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM (a clean shutdown), SIGKILL after ``timeout``; then the folder is removed,
@@ -175,25 +124,10 @@ class MariaDBServer:
                 log.warning("MariaDB did not stop within %ss: SIGKILL", timeout)
                 process.kill()
                 process.wait(10)
-        if self.root is None:
-            return
-        with contextlib.suppress(OSError):
-            self.workdir.mkdir(parents=True, exist_ok=True)
-            if self.log_file.exists():
-                shutil.copyfile(self.log_file, self.workdir / "mariadb.err")
-        shutil.rmtree(self.root, ignore_errors=True)
-        self.root = None
+        self._remove_root()
 
     def is_running(self) -> bool:
         return self._process is not None and self._process.poll() is None
-
-    def __enter__(self) -> MariaDBServer:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     # -- SQL -----------------------------------------------------------------------------
     def root_sql(self, script: str, *, database: str | None = None) -> list[list[str | None]]:
@@ -273,23 +207,11 @@ class MariaDBServer:
                 f"package {PACKAGE}: `make mariadb` as root, or apt-get install {PACKAGE}; "
                 "MARIADBD=<path> for a server elsewhere)"
             )
-        if self.root is not None:
-            raise MariaDBError(f"this server already runs in {self.root}")
-
-    def _make_root(self) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        # Its own folder under /tmp: a unix socket's path is at most 107 bytes, and the server's
-        # user must be able to enter it.
-        self.root = Path(tempfile.mkdtemp(prefix="cdc-mariadb-"))
-        self.root.chmod(0o755)
-        if self.os_user is not None:
-            account = pwd.getpwnam(self.os_user)
-            os.chown(self.root, account.pw_uid, account.pw_gid)
 
     def _user_args(self) -> list[str]:
         return [f"--user={self.os_user}"] if self.os_user is not None else []
 
-    def _install_db(self) -> None:
+    def _prepare(self) -> None:
         done = subprocess.run(
             [
                 "mariadb-install-db",
@@ -341,7 +263,7 @@ class MariaDBServer:
         args = [f"--{k}={v}" if v != "" else f"--{k}" for k, v in settings.items()]
         return ["--no-defaults", *self._user_args(), *args]
 
-    def _start_server(self, timeout: float) -> None:
+    def _start_on_port(self, timeout: float) -> None:
         if port_open(self.host, self.port):
             raise MariaDBError(f"{self.host}:{self.port}: Address already in use")
         self._process = subprocess.Popen(
@@ -364,9 +286,3 @@ class MariaDBServer:
             time.sleep(0.2)
         self.stop()
         raise MariaDBError(f"mariadbd not ready within {timeout}s:{self._tail()}")
-
-    def _tail(self, lines: int = 40) -> str:
-        if self.root is None or not self.log_file.exists():
-            return ""
-        tail = self.log_file.read_text(errors="replace").splitlines()[-lines:]
-        return f"\n--- {self.log_file} ---\n" + "\n".join(tail) + "\n"

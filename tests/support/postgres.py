@@ -32,18 +32,17 @@ import pwd
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from tests.support.ports import HOST, free_port, port_open
+from tests.support.localserver import LocalServer
+from tests.support.ports import port_open
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +50,11 @@ PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
 PG_PACKAGE = "postgresql-15"
 OS_USER = "cdcpg"
 """The system user that runs the cluster when the tests run as root."""
-PORT_ATTEMPTS = 3
 _BIND_FAILED = ("could not bind", "Address already in use", "could not create any TCP/IP sockets")
 
 
 class PostgresError(RuntimeError):
     """The cluster could not be set up, started or stopped (the message carries its log's tail)."""
-
-
-def _as_root() -> bool:
-    return os.geteuid() == 0
 
 
 def ensure_os_user(name: str = OS_USER) -> pwd.struct_passwd:
@@ -78,9 +72,14 @@ def ensure_os_user(name: str = OS_USER) -> pwd.struct_passwd:
     return pwd.getpwnam(name)
 
 
-class PostgresCluster:
+class PostgresCluster(LocalServer):
     """One PostgreSQL server on ``127.0.0.1:port`` with a database ``dbname`` owned by the
     superuser ``user`` (who may also open replication connections, as Debezium does)."""
+
+    NAME = "PostgreSQL"
+    LOG_NAME = "postgres.log"
+    ERROR = PostgresError
+    BIND_FAILED = _BIND_FAILED
 
     def __init__(
         self,
@@ -95,21 +94,14 @@ class PostgresCluster:
     ) -> None:
         """``settings``: more ``postgresql.conf`` settings (values as written in the file, e.g.
         ``{"max_wal_size": "'1GB'"}``), over the ones written here."""
-        self.workdir = Path(workdir).resolve()
-        self.host = HOST
-        self.port = port or free_port()
-        self._port_picked = port is None
+        super().__init__(workdir, port=port, os_user=OS_USER)
         self.user = user
         self.password = password
         self.dbname = dbname
         self.bin_dir = Path(bin_dir or PG_BIN)
         self.settings = dict(settings or {})
-        self.os_user = OS_USER if _as_root() else None
-        self.root: Path | None = None
-        """The cluster's folder (data, socket, log), made by ``start``."""
         self._own_root = False
         """Whether ``root`` is a folder of its own under /tmp (removed at ``stop``)."""
-        self.startup_seconds: float | None = None
 
     # -- addresses -----------------------------------------------------------------------
     @property
@@ -120,58 +112,14 @@ class PostgresCluster:
         )
 
     @property
-    def data_dir(self) -> Path:
-        return self._root / "data"
-
-    @property
     def socket_dir(self) -> Path:
         return self._root / "sock"
 
-    @property
-    def log_file(self) -> Path:
-        return self._root / "postgres.log"
-
-    @property
-    def _root(self) -> Path:
-        if self.root is None:
-            raise PostgresError("the cluster was not started")
-        return self.root
-
-    # -- lifecycle -----------------------------------------------------------------------
-    def start(self, timeout: float = 60.0) -> PostgresCluster:
-        """``initdb``, then start the server and create the database; returns ``self``.
-
-        A port this object picked is moved when the server could not bind it (taken in
-        between), up to ``PORT_ATTEMPTS`` times."""
-        started = time.monotonic()
-        self._check_prerequisites()
-        self._make_root()
-        try:
-            self._initdb()
-            for attempt in range(1, PORT_ATTEMPTS + 1):
-                self._write_config()
-                try:
-                    self._pg_ctl_start(timeout)
-                    break
-                except PostgresError as e:
-                    clash = any(said in str(e) for said in _BIND_FAILED)
-                    if not (clash and self._port_picked) or attempt == PORT_ATTEMPTS:
-                        raise
-                    log.warning("PostgreSQL could not bind port %s: another port", self.port)
-                    self.port = free_port()
-            self._create_database()
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_seconds = time.monotonic() - started
-        log.info(
-            "PostgreSQL ready on %s:%s in %.1fs (data %s)",
-            self.host,
-            self.port,
-            self.startup_seconds,
-            self.data_dir,
-        )
-        return self
+    # -- lifecycle (``LocalServer.start``: ``initdb``, the configuration and ``pg_ctl start``
+    # on the port, the database created) ---------------------------------------------------
+    def _start_on_port(self, timeout: float) -> None:
+        self._write_config()
+        self._pg_ctl_start(timeout)
 
     def stop(self, timeout: float = 30.0) -> None:
         """``pg_ctl stop -m fast``; the postmaster is killed when that fails. Then, as root, the
@@ -197,23 +145,11 @@ class PostgresCluster:
                 log.warning("pg_ctl stop failed (%s): killing the postmaster", done.returncode)
                 self._kill_postmaster()
         if self._own_root:
-            with contextlib.suppress(OSError):
-                self.workdir.mkdir(parents=True, exist_ok=True)
-                if self.log_file.exists():
-                    shutil.copyfile(self.log_file, self.workdir / "postgres.log")
-            shutil.rmtree(self.root, ignore_errors=True)
+            self._remove_root()
         self.root = None
 
     def is_running(self) -> bool:
         return self.root is not None and port_open(self.host, self.port)
-
-    def __enter__(self) -> PostgresCluster:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     # -- SQL -----------------------------------------------------------------------------
     def connect(self, *, dbname: str | None = None) -> psycopg.Connection[Any]:
@@ -255,11 +191,8 @@ class PostgresCluster:
                     f"{PG_PACKAGE}: `make postgres` as root, or apt-get install {PG_PACKAGE}; "
                     "PG_BIN=<dir> for binaries elsewhere)"
                 )
-        if self.root is not None:
-            raise PostgresError(f"this cluster already runs in {self.root}")
 
     def _make_root(self) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
         # A unix socket's path is at most 107 bytes: a deep workdir gets a folder under /tmp.
         socket = self.workdir / "pg" / "sock" / ".s.PGSQL.65535"
         self._own_root = self.os_user is not None or len(str(socket).encode()) > 100
@@ -268,11 +201,9 @@ class PostgresCluster:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root.mkdir(parents=True)
             return
-        self.root = Path(tempfile.mkdtemp(prefix="cdc-pg-"))
-        self.root.chmod(0o755)
         if self.os_user is not None:
-            account = ensure_os_user(self.os_user)
-            os.chown(self.root, account.pw_uid, account.pw_gid)
+            ensure_os_user(self.os_user)
+        self.root = self._own_folder()
 
     def _run(
         self, command: list[str], *, check: bool = True, timeout: float = 120.0
@@ -302,7 +233,7 @@ class PostgresCluster:
             account = pwd.getpwnam(self.os_user)
             os.chown(path, account.pw_uid, account.pw_gid)
 
-    def _initdb(self) -> None:
+    def _prepare(self) -> None:
         pwfile = self._root / "pwfile"
         self._write_as_owner(pwfile, self.password + "\n")
         try:
@@ -388,7 +319,7 @@ class PostgresCluster:
                 f"{self._tail()}"
             )
 
-    def _create_database(self) -> None:
+    def _ready(self) -> None:
         with psycopg.connect(
             f"host={self.host} port={self.port} user={self.user} password={self.password} "
             "dbname=postgres",
@@ -411,9 +342,3 @@ class PostgresCluster:
                 break
             time.sleep(0.1)
         (self.data_dir / "postmaster.pid").unlink(missing_ok=True)
-
-    def _tail(self, lines: int = 40) -> str:
-        if self.root is None or not self.log_file.exists():
-            return ""
-        tail = self.log_file.read_text(errors="replace").splitlines()[-lines:]
-        return f"\n--- {self.log_file} ---\n" + "\n".join(tail) + "\n"
