@@ -39,7 +39,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from tests.support.ports import HOST, free_port, port_open
+from tests.support.ports import HOST, free_ports, port_open
 
 log = logging.getLogger(__name__)
 
@@ -121,11 +121,14 @@ class LocalKafkaBroker:
         broker settings (e.g. ``connections.max.reauth.ms``), over the ones written here."""
         self.workdir = Path(workdir).resolve()
         self.host = host
-        self.port = port or free_port(host)
-        self.controller_port = controller_port or free_port(host)
-        self.jars_dir = Path(jars_dir or DEFAULT_JARS_DIR).resolve()
         self.scram_users = dict(scram_users or {})
-        self.sasl_port = (sasl_port or free_port(host)) if self.scram_users else None
+        # Picked together: two ports picked one after the other may be the same one, and a
+        # broker with two listeners on one port refuses to start.
+        picked = iter(free_ports(3, host))
+        self.port = port or next(picked)
+        self.controller_port = controller_port or next(picked)
+        self.jars_dir = Path(jars_dir or DEFAULT_JARS_DIR).resolve()
+        self.sasl_port = (sasl_port or next(picked)) if self.scram_users else None
         self.properties = dict(properties or {})
         # The ports this object picked (not given): only those may move when one was taken
         # between picking and binding, and only until the broker first served on them.
@@ -210,8 +213,8 @@ class LocalKafkaBroker:
             return False
         if taken is not None and taken not in {getattr(self, name) for name in self._picked}:
             return False
-        for name in self._picked:
-            setattr(self, name, free_port(self.host))
+        for name, new_port in zip(sorted(self._picked), free_ports(3, self.host), strict=False):
+            setattr(self, name, new_port)
         return True
 
     def _start(self, timeout: float, *, detach: bool) -> None:

@@ -21,6 +21,20 @@ def free_port(host: str = HOST) -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(count: int, host: str = HOST) -> list[int]:
+    """``count`` distinct TCP ports that were free a moment ago: bound all at once, so the
+    kernel cannot hand the same one out twice (as ``free_port`` called twice may, once the
+    first socket is closed)."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind((host, 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def port_open(host: str, port: int) -> bool:
     """Whether something accepts connections on ``host:port``."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
