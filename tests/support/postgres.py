@@ -229,9 +229,7 @@ class PostgresCluster(LocalServer):
     def _write_as_owner(self, path: Path, text: str, mode: int = 0o600) -> None:
         path.write_text(text)
         path.chmod(mode)
-        if self.os_user is not None:
-            account = pwd.getpwnam(self.os_user)
-            os.chown(path, account.pw_uid, account.pw_gid)
+        self._give(path)
 
     def _prepare(self) -> None:
         pwfile = self._root / "pwfile"
@@ -256,9 +254,7 @@ class PostgresCluster(LocalServer):
         finally:
             pwfile.unlink(missing_ok=True)
         self.socket_dir.mkdir(mode=0o700)
-        if self.os_user is not None:
-            account = pwd.getpwnam(self.os_user)
-            os.chown(self.socket_dir, account.pw_uid, account.pw_gid)
+        self._give(self.socket_dir)
 
     def _write_config(self) -> None:
         settings = {
