@@ -6,7 +6,7 @@
 ``ConfigError``    a wrong configuration or dataset definition: the job refuses to start.
 ``CheckpointHeld`` another runner holds the checkpoint (``core.lease``): the job refuses to start.
 ``LeaseLost``      another runner took this one's lease: the job stops before its next commit.
-``StorageFull``, ``StorageNotWritable``, ``QueryFailed``
+``StorageFull``, ``StorageNotWritable``, ``OutOfMemory``, ``QueryFailed``
                    a running job's failure, told apart by ``core.failures``: exit 2.
 ``StorageUnavailable``
                    the store did not answer or refused a read or write for a moment
@@ -24,6 +24,7 @@ __all__ = [
     "ConfigError",
     "FailedError",
     "LeaseLost",
+    "OutOfMemory",
     "QueryFailed",
     "RejectedError",
     "StorageFull",
@@ -93,6 +94,14 @@ class StorageNotWritable(CdcError):
     """The warehouse or checkpoints cannot be written (``core.failures``)."""
 
     code = Code.STORAGE_NOT_WRITABLE
+
+
+class OutOfMemory(CdcError):
+    """A JVM of the job (the driver's; in local mode it runs the executors' work too) or an
+    executor ran out of memory in a batch (``core.failures.out_of_memory``): not the
+    transactions' fault, so none of them is FAILED; the batch fails and the job stops."""
+
+    code = Code.OUT_OF_MEMORY
 
 
 class QueryFailed(CdcError):

@@ -19,6 +19,13 @@ not its transactions, and runs it again after ``retry_delay`` (``storage_retry``
 the last attempt does the job stop, with ``STORAGE_UNAVAILABLE`` (``storage_unavailable``).
 Content errors — a path that does not exist, a file that is not Parquet or is cut short, a
 schema Spark cannot infer — have none of these words and are REJECTED as before.
+
+A JVM that ran out of memory (``out_of_memory``: Java's ``OutOfMemoryError``, Spark's
+``SparkOutOfMemoryError`` and its refusal to build a broadcast table or to acquire memory for a
+task) is not the data's fault either, and running the batch again in the same JVM would meet it
+again: the batch fails, none of its transactions is FAILED, and the job stops with
+``OUT_OF_MEMORY`` (``memory_failure``), saying which memory to raise or how to make batches
+smaller.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import re
 
 from streaming.core.errors import (
     CdcError,
+    OutOfMemory,
     QueryFailed,
     StorageFull,
     StorageNotWritable,
@@ -36,6 +44,8 @@ from streaming.core.errors import (
 __all__ = [
     "REPLAY",
     "cause",
+    "memory_failure",
+    "out_of_memory",
     "query_failure",
     "retry_delay",
     "storage_failure",
@@ -76,6 +86,14 @@ _TROUBLE = re.compile(
 )
 
 
+_MEMORY = re.compile(
+    r"java\.lang\.OutOfMemoryError[^\n]*|SparkOutOfMemoryError[^\n]*"
+    r"|Not enough memory to build and broadcast the table|UNABLE_TO_ACQUIRE_MEMORY[^\n]*"
+    r"|GC overhead limit exceeded|Java heap space"
+)
+"""A JVM out of memory, as Java and Spark say it (``QueryExecutionErrors``: a broadcast table
+that could not be built, a task's memory not acquired)."""
+
 REPLAY = "started again, the job replays the batch that failed; nothing is applied twice"
 
 
@@ -110,13 +128,38 @@ def storage_failure(text: str, storage: str) -> CdcError | None:
     return None
 
 
+def out_of_memory(text: str) -> str | None:
+    """The words of ``text`` (an error's, its causes included) saying that a JVM ran out of
+    memory; None for any other error."""
+    found = _MEMORY.search(text)
+    return found.group(0).strip() if found is not None else None
+
+
+def memory_failure(text: str) -> OutOfMemory | None:
+    """``OUT_OF_MEMORY`` when ``text`` (an error's) says a JVM ran out of memory, else None."""
+    what = out_of_memory(text)
+    if what is None:
+        return None
+    return OutOfMemory(
+        f"a batch needed more memory than the JVM had ({what})\n"
+        "  raise spark.driver.memory (in local mode the driver's JVM runs the executors' work "
+        "too) or spark.executor.memory, or make batches smaller "
+        "(kafka.max_offsets_per_trigger, landing.max_files_per_trigger); none of the batch's "
+        f"transactions was FAILED; {REPLAY}"
+    )
+
+
 def query_failure(text: str, storage: str) -> CdcError:
-    """The coded error a failed streaming query ends the job with: a storage failure, else
-    ``QUERY_FAILED`` with the first lines of its cause."""
-    return storage_failure(text, storage) or QueryFailed(
-        f"the streaming query failed: {cause(text)}\n"
-        f"  {REPLAY}; if it fails again, run `cdc -v run` for the whole error and see "
-        "docs/troubleshooting.md"
+    """The coded error a failed streaming query ends the job with: a storage failure, a JVM out
+    of memory, else ``QUERY_FAILED`` with the first lines of its cause."""
+    return (
+        storage_failure(text, storage)
+        or memory_failure(text)
+        or QueryFailed(
+            f"the streaming query failed: {cause(text)}\n"
+            f"  {REPLAY}; if it fails again, run `cdc -v run` for the whole error and see "
+            "docs/troubleshooting.md"
+        )
     )
 
 

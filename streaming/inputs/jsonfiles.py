@@ -55,7 +55,7 @@ from streaming.core.catalog import SchemaDef
 from streaming.core.changes import SEQ_SHIFT
 from streaming.core.codes import Code
 from streaming.core.errors import RejectedError, StorageUnavailable
-from streaming.core.failures import cause, store_trouble
+from streaming.core.failures import cause, memory_failure, store_trouble
 from streaming.core.fold import ChangeKind
 from streaming.core.plan import Files, Load
 from streaming.core.requests import DataFormat, Operation
@@ -110,10 +110,14 @@ def read_failure(what: str, error: Exception) -> RejectedError:
     """The rejection of a load whose data could not be read (``what``: e.g. ``cannot read
     <where>``), ``UNREADABLE_DATA`` — unless the error says a store did not answer or refused
     the request (``core.failures.store_trouble``): that is not the data's fault, and
-    ``StorageUnavailable`` is raised instead, failing the batch, which the sink retries."""
+    ``StorageUnavailable`` is raised instead, failing the batch, which the sink retries; or that
+    a JVM ran out of memory: ``OUT_OF_MEMORY`` is raised, failing the batch and the job."""
     text = java_text(error)
     if store_trouble(text) is not None:
         raise StorageUnavailable(f"{what}: {cause(text)}") from error
+    memory = memory_failure(text)
+    if memory is not None:  # a JVM out of memory: the batch's trouble, not the data's
+        raise memory from error
     return RejectedError(f"{what}: {str(error).splitlines()[0]}", code=Code.UNREADABLE_DATA)
 
 

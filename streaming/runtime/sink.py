@@ -49,6 +49,7 @@ from streaming.core.errors import (
 )
 from streaming.core.failures import (
     cause,
+    memory_failure,
     retry_delay,
     storage_retry_line,
     storage_unavailable,
@@ -658,6 +659,13 @@ class Sink:
                 # lost).
                 self._release(held)
                 raise
+            memory = memory_failure(java_text(e))
+            if memory is not None:
+                # A JVM out of memory: not the transactions' fault (isolating them one by one
+                # would meet it again, each marked FAILED). The batch fails as a crash would,
+                # its commits kept for the replay; the job stops with OUT_OF_MEMORY.
+                self._release(held)
+                raise memory from e
             log.exception("batch %s: a segment failed; restoring %s", timeline.batch_id, start)
             self._release(held)
             timeline.restore(start)

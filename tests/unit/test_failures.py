@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streaming.core.failures import query_failure, storage_failure
+from streaming.core.failures import memory_failure, out_of_memory, query_failure, storage_failure
 
 WHERE = "the warehouse /w or the checkpoints /c"
 
@@ -43,3 +43,45 @@ def test_any_other_query_failure_is_query_failed_with_its_cause_without_stack_fr
         "Caused by: java.lang.IllegalStateException: the cause"
     )
     assert "replays the batch" in failed.message and "cdc -v run" in failed.message
+
+
+def test_a_jvm_out_of_memory_is_named_with_which_memory_to_raise() -> None:
+    for text, words in (
+        (
+            # Spark 4.2, a broadcast built in a 2g local-mode driver (test_feed_driver_memory)
+            "An error occurred while calling o1602.collectToPython.\n: java.util.concurrent."
+            "ExecutionException: org.apache.spark.util.SparkFatalException: org.apache.spark."
+            "SparkException: Not enough memory to build and broadcast the table to all worker "
+            "nodes. As a workaround, you can either disable broadcast ...",
+            "Not enough memory to build and broadcast the table",
+        ),
+        (
+            "Caused by: java.lang.OutOfMemoryError: Java heap space\n\tat java.base/...",
+            "java.lang.OutOfMemoryError: Java heap space",
+        ),
+        (
+            "org.apache.spark.memory.SparkOutOfMemoryError: [UNABLE_TO_ACQUIRE_MEMORY] Unable to "
+            "acquire 65536 bytes of memory, got 0.",
+            "SparkOutOfMemoryError: [UNABLE_TO_ACQUIRE_MEMORY] Unable to acquire 65536 bytes of "
+            "memory, got 0.",
+        ),
+        (
+            "java.lang.OutOfMemoryError: GC overhead limit exceeded",
+            "java.lang.OutOfMemoryError: GC overhead limit exceeded",
+        ),
+    ):
+        assert out_of_memory(text) == words, text
+        failure = query_failure(text, WHERE)
+        assert failure.code == "OUT_OF_MEMORY"
+        assert failure.message.startswith(f"a batch needed more memory than the JVM had ({words})")
+        assert "spark.driver.memory" in failure.message
+        assert "kafka.max_offsets_per_trigger" in failure.message
+        assert "replays the batch" in failure.message
+    for other in (
+        "java.lang.ArithmeticException: / by zero",
+        "org.apache.spark.SparkException: [DIVIDE_BY_ZERO] Division by zero",
+        "the memory table of tx-1 is missing",  # the word alone says nothing
+    ):
+        assert out_of_memory(other) is None
+        assert memory_failure(other) is None
+        assert query_failure(other, WHERE).code == "QUERY_FAILED"
