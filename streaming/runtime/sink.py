@@ -14,7 +14,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -116,9 +115,6 @@ class Sink:
         refused: ``connectors.kafka_check.refusal_in``)."""
         self.gate = BatchGate()
         """Whether a batch runs now; closed by a stopping job (``runtime.stopping``)."""
-        if upkeep is not None:
-            upkeep.moved = partial(self.state.upkept, layout.ledger)
-            upkeep.reraise = lambda e: interruption(e) is not None
 
     # -- the foreachBatch entry point ------------------------------------------------------
     def __call__(self, df: DataFrame, batch_id: int) -> None:

@@ -8,6 +8,7 @@ import json
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -19,6 +20,7 @@ from streaming.inputs.changefeeds import ChangeFeeds
 from streaming.platform import hadoop
 from streaming.platform.spark import unpersist
 from streaming.runtime.sourcecolumns import SourceColumns
+from streaming.runtime.stopping import interruption
 from streaming.runtime.upkeep import Upkeep
 from streaming.storage import ledger
 from streaming.storage.tombstones import DeletedKeys
@@ -72,14 +74,20 @@ class SinkState:
         history: deque[dict[str, object]] | None,
         run_id: str | None,
     ) -> SinkState:
-        """A new sink's state: its change feeds' (``decode_change`` decodes their records)."""
+        """A new sink's state: its change feeds' (``decode_change`` decodes their records); the
+        upkeep told how to move the copies held on the driver along, and to let the job's stop
+        through."""
+        columns = SourceColumns(spark, layout)
         changes = None
         if feeds:
             assert decode_change is not None
             changes = ChangeFeeds(spark, feeds, decode_change, layout)
-        columns = SourceColumns(spark, layout)
         history = deque(maxlen=100) if history is None else history
-        return cls(datasets, columns, changes, upkeep, history, run_id)
+        state = cls(datasets, columns, changes, upkeep, history, run_id)
+        if upkeep is not None:
+            upkeep.moved = partial(state.upkept, layout.ledger)
+            upkeep.reraise = lambda e: interruption(e) is not None
+        return state
 
     def upkept(self, ledger_path: str, path: str, before: int, after: int) -> None:
         """Upkeep moved the table at ``path`` from ``before`` to ``after`` without changing a
