@@ -1,8 +1,9 @@
 """Where the time of our path goes: timers wrapped around the sink's steps, in-process.
 
 Nothing in ``streaming/`` changes: while a ``Profiler`` is active it replaces a few attributes
-(the sink's step methods, the functions the sink and ``streaming.apply.objects`` call, and
-``DataFrame.localCheckpoint``, which is where the fold runs) with timing wrappers, and puts
+(the sink's entry, its steps in ``streaming.runtime.batch``, the functions those steps and
+``streaming.apply.objects`` call, and ``DataFrame.localCheckpoint``, which is where the fold
+runs) with timing wrappers, and puts
 them back on exit. Each region records its wall time (inclusive of nested regions), how often
 it ran, and how many Spark jobs started inside it (job ids are sequential: the scheduler's
 next job id before and after; the UI is off). The sink's own "batch N: ... s" log lines are
@@ -136,11 +137,15 @@ class Profiler:
         from streaming.inputs import changefeeds as feeds
         from streaming.inputs import loads
         from streaming.runtime import metering, sink
+        from streaming.runtime.batch import apply as apply_step
+        from streaming.runtime.batch import plan as plan_step
+        from streaming.runtime.batch import progress, record, state, triage
+        from streaming.runtime.batch import scd2 as scd2_step
         from streaming.storage import ledger, system, timeline
 
         sink_cls = sink.Sink
         self.wrap(sink_cls, "__call__", "sink (foreachBatch)")
-        self.wrap(sink_cls, "_open_feeds", "change feeds: decode, summarise, decide, stage")
+        self.wrap(triage, "open_feeds", "change feeds: decode, summarise, decide, stage")
         self.wrap(feeds, "_summaries", "change feeds: summaries (decode: 3 jobs)")
         self.wrap(feeds, "decide", "change feeds: decide (driver)")
         self.wrap(feeds, "_choose", "change feeds: staged events, counts, shapes")
@@ -148,15 +153,15 @@ class Profiler:
         self.wrap(feeds.FeedBatch, "stage", "change feeds: number the staged rows")
         self.wrap(feeds.FeedBatch, "quarantine", "change feeds: quarantine rows")
         self.wrap(feeds.FeedBatch, "write_pending", "change feeds: pending write")
-        self.wrap(sink_cls, "_triage", "triage: parse + ledger lookup")
-        self.wrap(sink_cls, "_plan", "plan + validate")
+        self.wrap(triage, "triage_batch", "triage: parse + ledger lookup")
+        self.wrap(plan_step, "plan_batch", "plan + validate")
         self.wrap(timeline.Timeline, "open", "timeline: versions of the tables")
-        self.wrap(sink_cls, "_load", "load: read data + checks", entered=True)
+        self.wrap(apply_step, "load_rows", "load: read data + checks", entered=True)
         self.wrap(loads, "read_json_loads", "JSON loads: list files + keys (1 job)")
         self.wrap(loads, "load_changes", "other loads: read + infer schema, per load", jobs=False)
         self.wrap(loads, "check_loads", "check rows (1 job)")
-        self.wrap(sink_cls, "_apply_wave", "apply: fold + MERGE per table")
-        self.wrap(sink, "apply_to_object_table", "apply to one object table")
+        self.wrap(apply_step, "apply_wave", "apply: fold + MERGE per table")
+        self.wrap(apply_step, "apply_to_object_table", "apply to one object table")
         self.wrap(apply, "_stored_rows", "read the keys' stored rows (driver fold)")
         self.wrap(_dataframe_class(), "localCheckpoint", "join stored state + fold, materialised")
         self.wrap(apply, "_apply_large", "the fold in Spark (large batch)")
@@ -169,22 +174,22 @@ class Profiler:
         self.wrap(apply, "append", "append new keys / tombstones / history")
         self.wrap(apply, "latest_version", "table log: latest version")
         self.wrap(apply, "_append_tombstones", "append tombstones")
-        self.wrap(sink_cls, "_scd2", "SCD2 MERGEs (and history appends beside them)")
-        self.wrap(sink, "merge_scd2", "one SCD2 table")
+        self.wrap(scd2_step, "merge_scd2_tables", "SCD2 MERGEs (and history appends beside them)")
+        self.wrap(scd2_step, "merge_scd2", "one SCD2 table")
         self.wrap(scd2, "batch_commits", "SCD2: done in a replayed batch?")
         self.wrap(scd2, "_keys", "SCD2: the batch's ids")
         self.wrap(scd2, "_driver_source", "SCD2: seeds read, intervals on the driver")
         self.wrap(scd2, "on_conflict_retry", "SCD2: seeds, intervals, MERGE")
         self.wrap(scd2, "latest_version", "SCD2: table log, latest version")
-        self.wrap(sink, "batch_outcomes", "build outcomes")
-        self.wrap(sink_cls, "_progress", "progress: log line, metrics")
-        self.wrap(sink_cls, "_release", "release the batch's cached frames")
+        self.wrap(record, "batch_outcomes", "build outcomes")
+        self.wrap(progress, "report_progress", "progress: log line, metrics")
+        self.wrap(state.SinkState, "release", "release the batch's cached frames")
         self.wrap(feeds.FeedBatch, "release", "change feeds: release cached frames")
         self.wrap(feeds.ChangeFeeds, "finished", "change feeds: finished")
-        self.wrap(sink_cls, "_snapshots_applied", "change feeds: snapshots applied")
+        self.wrap(progress, "snapshots_applied", "change feeds: snapshots applied")
         self.wrap(metering.Meter, "stop", "meter: table sizes after the batch")
-        self.wrap(sink_cls, "_record", "record: history, ledger, quarantine, then outcomes")
-        self.wrap(sink, "append_history", "append history")
+        self.wrap(record, "record_batch", "record: history, ledger, quarantine, then outcomes")
+        self.wrap(record, "append_history", "append history")
         self.wrap(ledger, "record", "ledger append")
         self.wrap(system, "quarantine", "quarantine append")
         self.wrap(system, "write_outcomes", "outcomes append")

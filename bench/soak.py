@@ -20,9 +20,10 @@ source's metadata log in the checkpoint grows too. Then publishing stops, the jo
 
 Measured (the pure parts are functions, tested in tests/bench/test_bench_soak.py):
 
-- batch time: the sink's own line per batch (``batch N: … , 1.23s``, ``Sink._progress``): the
-  seconds the batch spent in the job's foreachBatch; and Spark's duration of the batch from the
-  progress line (``query cdc batch N: …, 1234 ms``: planning, offsets and commit logs too).
+- batch time: the sink's own line per batch (``batch N: … , 1.23s``,
+  ``runtime.batch.progress.report_progress``): the seconds the batch spent in the job's
+  foreachBatch; and Spark's duration of the batch from the progress line (``query cdc batch
+  N: …, 1234 ms``: planning, offsets and commit logs too).
   Median and p90 per decile of the first ``soak_batches`` batches (in log order);
 - memory: VmRSS (``/proc/<pid>/status``) of the ``cdc run`` process and of its JVM child, every
   ``SAMPLE_SECONDS``; a sample belongs to the decile of the batch running when it was taken; the
@@ -217,7 +218,7 @@ class SoakStream:
 # -- the job's log ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BatchLine:
-    """The sink's line of one micro-batch (``Sink._progress``)."""
+    """The sink's line of one micro-batch (``runtime.batch.progress.report_progress``)."""
 
     batch_id: int
     transactions: int

@@ -50,8 +50,8 @@ TABLES = {**DOG_CAT_TABLES, "Dog scd2": ("petstore", "_scd2", "petstore", "Dog")
 CURRENT = ("Dog", "Dog tombstones", "Cat", "Cat tombstones")
 """What applying the batch's segment writes (each object table's current and tombstones)."""
 RECORDED = ("Dog scd2", "Dog history", "Cat history", "ledger", "quarantine")
-"""What the batch writes once every current table is: the SCD2 MERGE, then ``Sink._record``'s
-appends side by side."""
+"""What the batch writes once every current table is: the SCD2 MERGE, then the appends side by
+side of ``runtime.batch.record.record_batch``."""
 
 DONE: dict[str, list[tuple[Any, ...]]] = {
     "Dog": [("dog1", 1, "Rex")],

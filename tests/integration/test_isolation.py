@@ -13,7 +13,8 @@ from pyspark.sql import SparkSession
 
 from streaming.core.layout import Layout
 from streaming.core.outcomes import Outcome, Status
-from streaming.runtime.sink import Sink
+from streaming.runtime.batch import apply as apply_step
+from streaming.runtime.batch.state import SinkState
 from streaming.storage.tables import read_table
 from tests.support import Workspace, request
 
@@ -55,13 +56,13 @@ def test_second_table_failing_changes_neither_table_and_others_commit(
         request("tx-c", upsert("./data/c")),
     )
     held: list[int] = []  # the batch's cached change rows when each wave is loaded
-    load = Sink._load
+    load = apply_step.load_rows
 
-    def spy(self: Sink, *args: Any) -> Any:
-        held.append(len(self._held))
-        return load(self, *args)
+    def spy(wiring: Any, state: SinkState, *args: Any) -> Any:
+        held.append(len(state.held))
+        return load(wiring, state, *args)
 
-    monkeypatch.setattr(Sink, "_load", spy)
+    monkeypatch.setattr(apply_step, "load_rows", spy)
     job = ws.run_once(spark)
     # The rows of an attempt that failed are released before the next: the whole segment's,
     # then tx-a's kept (for history) while tx-bad is tried alone, tx-bad's released.

@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from streaming.apply import objects as apply_module
 from streaming.core.batch import RawRequest, split_landing_file
 from streaming.core.outcomes import Status
-from streaming.runtime import sink as sink_module
+from streaming.runtime.batch import record as record_step
 from streaming.runtime.job import Job
 from streaming.storage import commits as commits_module
 from streaming.storage import timeline as timeline_module
@@ -101,7 +101,7 @@ def test_crash_before_history_is_rolled_forward_with_the_same_commit_time(
     def crash(*_: object) -> None:
         raise RuntimeError("driver died before the history append")
 
-    monkeypatch.setattr(sink_module, "append_history", crash)
+    monkeypatch.setattr(record_step, "append_history", crash)
     with pytest.raises(RuntimeError):
         job.sink.process(raws, batch_id=0)
     paths = job.layout.object_table("petstore", "petstore.Dog")
@@ -249,7 +249,7 @@ def test_a_first_load_killed_before_history_is_rolled_forward_from_its_append(
         raise _Killed()
 
     monkeypatch.setattr(apply_module, "first_rows", counted)
-    monkeypatch.setattr(sink_module, "append_history", killed)
+    monkeypatch.setattr(record_step, "append_history", killed)
     with pytest.raises(_Killed):
         job.sink.process(raws, batch_id=0)
     assert spark._jsparkSession.sharedState().cacheManager().isEmpty()  # released all the same
@@ -260,7 +260,7 @@ def test_a_first_load_killed_before_history_is_rolled_forward_from_its_append(
     other = spark.createDataFrame([written[0]], read_table(spark, paths.current).schema)
     other.write.format("delta").mode("append").save(paths.current)  # not this batch's commit
 
-    monkeypatch.setattr(sink_module, "append_history", apply_module.append_history)
+    monkeypatch.setattr(record_step, "append_history", apply_module.append_history)
     restarted = Job.create(spark, ws.config())
     (outcome,) = restarted.sink.process(raws, batch_id=0)
     assert outcome.status is Status.COMMITTED and outcome.actions[0].inserted == 2
@@ -338,10 +338,10 @@ def test_a_first_load_with_a_repeated_key_killed_before_history_is_rolled_forwar
 
     ws = Workspace(tmp_path / "killed")
     raws = _repeated_first_load(ws)
-    monkeypatch.setattr(sink_module, "append_history", killed)
+    monkeypatch.setattr(record_step, "append_history", killed)
     with pytest.raises(_Killed):
         Job.create(spark, ws.config()).sink.process(raws, batch_id=0)
-    monkeypatch.setattr(sink_module, "append_history", apply_module.append_history)
+    monkeypatch.setattr(record_step, "append_history", apply_module.append_history)
     restarted = Job.create(spark, ws.config())
     outcomes = restarted.sink.process(raws, batch_id=0)
     assert [o.status for o in outcomes] == [Status.COMMITTED] * 2
