@@ -5,7 +5,8 @@ Every step decides per transaction. The batch is cut into segments and waves (``
 so that reads see earlier writes; each wave writes each of its tables once (tables in path
 order, each commit idempotent per batch, step and checkpoint). A failure while applying a
 segment restores the tables it changed and isolates the failing transaction (FAILED); the
-outcomes are still recorded, so the stream goes on.
+outcomes are still recorded, so the stream goes on. A store's trouble fails the batch, which is
+retried here; a JVM out of memory fails it and stops the job (``OUT_OF_MEMORY``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from streaming.core.layout import Layout
 from streaming.core.outcomes import Outcome
 from streaming.platform.exceptions import java_text
 from streaming.runtime.batch import apply, progress, run, triage, wiring
-from streaming.runtime.batch.context import query_key
 from streaming.runtime.batch.state import SinkState, checkpoint_id
 from streaming.runtime.batch.wiring import SinkWiring, log
 from streaming.runtime.lease import Lease
@@ -48,7 +48,6 @@ from streaming.runtime.stopping import (
 )
 from streaming.runtime.upkeep import Upkeep
 from streaming.storage import ledger
-from streaming.storage.tombstones import DeletedKeys
 
 __all__ = ["Applied", "Publisher", "Sink"]
 
@@ -124,7 +123,7 @@ class Sink:
             log.info(
                 "batch %s not started: the job is stopping (replayed at the next start)", batch_id
             )
-            interrupted = stop_interrupt(self.spark)
+            interrupted = stop_interrupt(self.wiring.spark)
             if interrupted is not None:
                 refused.args = (f"{refused.args[0]}; interrupted by the stop: {interrupted}",)
             raise refused from None
@@ -134,7 +133,7 @@ class Sink:
         state = self.state
         try:
             if state.run_id is None:
-                state.run_id = checkpoint_id(self.spark, self.layout.checkpoint)
+                state.run_id = checkpoint_id(self.wiring.spark, self.wiring.layout.checkpoint)
             raws, changes = self._run_retrying(df, batch_id)
             state.finished = batch_id
             done = True
@@ -163,7 +162,7 @@ class Sink:
             # Out of the gate, the job's stop goes on: raised once it interrupts this thread, so
             # that Spark takes it for the stop (as a refused batch, above), not for a failure.
             log.info("batch %s stopped before its next commit: the lease was lost", batch_id)
-            interrupted = stop_interrupt(self.spark)
+            interrupted = stop_interrupt(self.wiring.spark)
             message = lost.message
             if interrupted is not None:
                 message = f"{message}; interrupted by the stop: {interrupted}"
@@ -234,14 +233,6 @@ class Sink:
 
     # -- what the job, the tests and the bench read ----------------------------------------
     @property
-    def spark(self) -> SparkSession:
-        return self.wiring.spark
-
-    @property
-    def layout(self) -> Layout:
-        return self.wiring.layout
-
-    @property
     def feeds(self) -> Sequence[Feed]:
         return self.wiring.feeds
 
@@ -267,10 +258,6 @@ class Sink:
         return self.state.committed_ids
 
     @property
-    def deleted(self) -> DeletedKeys:
-        return self.state.deleted
-
-    @property
     def failure(self) -> CdcError | None:
         """The coded error that failed the last failed batch (``Job.run`` ends with it)."""
         return self.state.failure
@@ -278,8 +265,3 @@ class Sink:
     @failure.setter
     def failure(self, value: CdcError | None) -> None:
         self.state.failure = value
-
-    @property
-    def query_key(self) -> str:
-        """Whose commits these are (``runtime.batch.context.query_key``)."""
-        return query_key(self.layout.query_name, self.state.run_id)
