@@ -2,8 +2,8 @@
 
 A code is stable: it is what outcome events (``error.code``), the quarantine, ``cdc: error
 [CODE]`` lines and the job's exit say, and what docs/troubleshooting.md explains — its meaning
-and what to do — in a table row per code (``tests/unit/test_codes.py`` holds the two to the same
-set, and no code is written as a bare string anywhere else in the source). ``Code`` is a
+and what to do — in a table row per code (``tests/unit/test_docs_examples.py`` holds the two to
+the same set, and no code is written as a bare string anywhere else in the source). ``Code`` is a
 ``StrEnum``: a member is its name as text, so it compares, formats and serialises as before.
 """
 
