@@ -128,19 +128,15 @@ demo: setup
 
 # The fast tests first (no Spark: a broken core fails in seconds), then the integration tests, a
 # line each with its time (tests/conftest.py) and the 25 slowest listed at the end of the output.
-# The integration tests run in TEST_WORKERS processes (pytest-xdist; each its own SparkSession,
-# broker and databases, a module at a time, the slowest modules first: tests/conftest.py).
 # The S3 tests (marker s3: a local S3 server and `cdc` processes of their own, no shared Spark
 # session; much of their time is waiting on the store: s3a's timeouts are 15 s at least) run
 # beside the others, in a pytest of their own; their output follows the others' (build/test-s3.log).
-TEST_WORKERS ?= 2
 test: setup jars-s3 jars-connect postgres mariadb
 	$(PY) -m pytest tests/unit tests/bench
 	@mkdir -p build
 	@$(PY) -m pytest tests/integration -m s3 -v --junit-xml=build/junit-s3.xml \
 		> build/test-s3.log 2>&1 & s3=$$!; \
 	$(PY) -m pytest tests/integration -m "not s3" -v --durations=25 \
-		-n $(TEST_WORKERS) --dist loadfile \
 		--junit-xml=build/junit-integration.xml; rest=$$?; \
 	wait $$s3; s3rc=$$?; \
 	echo "== the S3 tests (run beside the others): build/test-s3.log =="; cat build/test-s3.log; \

@@ -94,45 +94,8 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "s3 tests: deselected, no jars/s3 (`make test-s3` fetches them and runs them)"
 
 
-# -- the slowest modules first -----------------------------------------------------------------
-# `make test` runs the integration tests in two processes (pytest-xdist, `--dist loadfile`: a
-# module's tests in one process, its module fixtures built once), each taking the next module as
-# it finishes one. A slow module taken last would leave the other process idle until it ends: the
-# slowest, by the seconds of a clean-clone run (BENCHMARKS.md, "The suite's time"), are handed
-# out first. The order changes nothing else; a module missing from the list keeps its place.
-SLOW_FIRST = (
-    "test_scd2",
-    "test_storage_retry",
-    "test_actions_source",
-    "test_feed_driver_memory",
-    "test_change_feeds",
-    "test_upkeep",
-    "test_crash_points",
-    "test_actions_location",
-    "test_one_runner",
-    "test_grouped_equals_sequential",
-    "test_spark_cluster",
-    "test_clean_stop",
-    "test_batch_budget",
-    "test_debezium_incremental_snapshot",
-)
-
-
-def _slowest_first(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
-
-    def key(item: pytest.Item) -> tuple[int, int]:
-        path = Path(str(item.path))
-        if path.parent.name != "integration":
-            return (0, 0)  # the unit and bench tests keep their place, first
-        return (1, rank.get(path.stem, len(SLOW_FIRST)))
-
-    items.sort(key=key)  # stable: a module's tests, and the other modules, keep their order
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _mark_by_fixtures(items)
-    _slowest_first(items)
     if s3_jars_present() or "s3" in (config.option.markexpr or ""):
         return
     dropped = [item for item in items if item.get_closest_marker("s3")]
