@@ -46,6 +46,7 @@ from streaming.platform.spark import CALLBACK_LOGGER, kill_driver_jvm
 from streaming.runtime.lease import Lease
 from streaming.runtime.metrics import Exporter, Metrics, serve
 from streaming.runtime.observe import ProgressListener
+from streaming.runtime.parallel import Sessions
 from streaming.runtime.sink import Sink
 from streaming.runtime.stopping import (
     POLL_SECONDS,
@@ -59,7 +60,7 @@ from streaming.runtime.stopping import (
 from streaming.runtime.upkeep import Upkeep, retention_properties
 from streaming.storage import evolved
 from streaming.storage.commits import BatchCommit
-from streaming.storage.evolution import evolve
+from streaming.storage.evolution import apply_changes, plan_evolution
 from streaming.storage.log import holds_no_rows, latest_version
 from streaming.storage.maintain import current_tables
 from streaming.storage.pending import applied_snapshots
@@ -75,6 +76,7 @@ __all__ = [
     "QUIET_STOP",
     "SCD2_BACKFILL",
     "STOP_SECONDS",
+    "TABLE_CREATORS",
     "Job",
     "build_scd2_tables",
     "end_now",
@@ -115,18 +117,34 @@ def prepare_tables(
 ) -> None:
     """Create every table the job writes (empty), so readers find them from the start, and bring
     the tables of changed dataset definitions up to date (``storage.evolution``) — or refuse
-    to start, before the query consumes anything, when a change is not additive.
-    ``deletion_vectors``: the current tables have them on (``tables.deletion_vectors``);
-    ``properties``: on every table created (upkeep's retention)."""
+    to start, before the query consumes anything or a table is created, when a change is not
+    additive. ``deletion_vectors``: the current tables have them on (``tables.deletion_vectors``);
+    ``properties``: on every table created (upkeep's retention).
+
+    The missing tables are created side by side (``TABLE_CREATORS`` threads): a creation is a
+    Delta commit of driver work (~0.2 s), and a dataset of n schemas has 2 to 4 n tables; the
+    columns added and properties recorded then commit one by one (their commit metadata is
+    the session's conf)."""
     extra = dict(properties or {})
-    ensure_table(spark, layout.ledger, LEDGER_SCHEMA, extra)
-    add_missing_columns(spark, layout.ledger, LEDGER_SCHEMA)  # ledgers of older versions
-    ensure_table(spark, layout.outcomes, OUTCOMES_SCHEMA, extra)
-    ensure_table(spark, layout.quarantine, QUARANTINE_SCHEMA, extra)
+    plans = plan_evolution(
+        spark, datasets, layout, deletion_vectors=deletion_vectors, properties=extra
+    )
+    system = {layout.ledger: LEDGER_SCHEMA, layout.outcomes: OUTCOMES_SCHEMA}
+    system[layout.quarantine] = QUARANTINE_SCHEMA
     if feeds:
-        ensure_table(spark, layout.pending, PENDING_SCHEMA, extra)
-    evolve(spark, datasets, layout, deletion_vectors=deletion_vectors, properties=extra)
+        system[layout.pending] = PENDING_SCHEMA
+    tables = [(path, schema, extra) for path, schema in system.items()]
+    tables += [(t.path, t.schema, dict(t.properties)) for plan in plans for t in plan.create]
+    Sessions(spark, TABLE_CREATORS).map(lambda session, t: ensure_table(session, *t), tables)
+    add_missing_columns(spark, layout.ledger, LEDGER_SCHEMA)  # ledgers of older versions
+    for plan in plans:
+        apply_changes(spark, plan)
     build_scd2_tables(spark, datasets, layout)
+
+
+TABLE_CREATORS = 4
+"""Threads creating a job's missing tables at startup (``prepare_tables``): on 2 cores 19 tables
+took 2.1-2.5 s with 4 against 3.7-4.5 s one by one."""
 
 
 def build_scd2_tables(spark: SparkSession, datasets: Mapping[str, Dataset], layout: Layout) -> None:

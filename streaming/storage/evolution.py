@@ -82,13 +82,14 @@ __all__ = [
     "SchemaPlan",
     "TableChanges",
     "TableSpec",
+    "apply_changes",
     "apply_plan",
     "compare",
     "delta_widens",
-    "evolve",
     "find_table",
     "key_mismatches",
     "key_properties",
+    "plan_evolution",
     "plan_schema",
     "recorded_keys",
     "refusal",
@@ -532,9 +533,16 @@ def _commit_metadata(spark: SparkSession, meta: Mapping[str, object]) -> Iterato
 
 def apply_plan(spark: SparkSession, plan: SchemaPlan) -> None:
     """Create the schema's missing tables, add the columns, record the keys: one commit each."""
-    where = {"dataset": plan.dataset, "schema": plan.schema.name}
     for table in plan.create:
         ensure_table(spark, table.path, table.schema, dict(table.properties))
+    apply_changes(spark, plan)
+
+
+def apply_changes(spark: SparkSession, plan: SchemaPlan) -> None:
+    """Add the columns and record the keys of a plan whose missing tables exist (``create``
+    made by the caller): one commit each, in this thread — the commits' metadata is the
+    session's conf."""
+    where = {"dataset": plan.dataset, "schema": plan.schema.name}
     for path, changes in plan.changes.items():
         for column in changes.unwritten:
             log.warning(
@@ -564,17 +572,18 @@ def _sql_string(text: str) -> str:
     return text.replace("\\", "\\\\").replace("'", "\\'")
 
 
-def evolve(
+def plan_evolution(
     spark: SparkSession,
     datasets: Mapping[str, Dataset],
     layout: Layout,
     *,
     deletion_vectors: bool = False,
     properties: Mapping[str, str] | None = None,
-) -> None:
-    """Bring every schema's tables to its definition (and the current tables' deletion vectors
-    to ``deletion_vectors``), or refuse before changing anything. ``properties``: on the tables
-    it creates."""
+) -> list[SchemaPlan]:
+    """What bringing every schema's tables to its definition (and the current tables' deletion
+    vectors to ``deletion_vectors``) takes, read from the tables; refused (raised) before
+    anything is changed when a change is not additive. ``properties``: on the tables it
+    creates. Apply with ``apply_plan`` (or create the plans' tables, then ``apply_changes``)."""
     plans: list[SchemaPlan] = []
     for name, dataset in datasets.items():
         for schema in dataset.schemas.values():
@@ -588,5 +597,4 @@ def evolve(
     error = refusal(plans)
     if error is not None:
         raise error
-    for plan in plans:
-        apply_plan(spark, plan)
+    return plans
