@@ -430,44 +430,64 @@ def test_invalid_second_action_applies_nothing(spark: SparkSession, pet: Workspa
     assert rows(job.layout.table("petstore", "petstore.Dog"), "id") == []
 
 
-@pytest.mark.parametrize("hostile", ["x' OR '1'='1", "1; DROP TABLE dog --", "Lassie' --"])
-def test_sql_looking_arguments_match_as_plain_values(
-    spark: SparkSession, pet: Workspace, hostile: str
-) -> None:
-    """``${arg}`` (a Spark parameter) and a query argument (a literal): matched as values."""
+HOSTILE = ("x' OR '1'='1", "1; DROP TABLE dog --", "Lassie' --")
+
+
+def test_sql_looking_arguments_match_as_plain_values(spark: SparkSession, pet: Workspace) -> None:
+    """``${arg}`` (a Spark parameter) and a query argument (a literal): matched as values. Each
+    hostile value has a dog of that name and a DELETE of each kind in one job: were one read as
+    SQL, it would delete Scooby and Lassie too (``OR '1'='1``, a comment cutting the condition)
+    or fail the batch (``DROP``). (Three runs, one a value, until 2026-12-07: 56 s of the suite.)"""
     pet.data(
         "dogs/petstore/Dog/part.json",
         {"id": "dog1", "name": "Scooby"},
         {"id": "dog2", "name": "Lassie"},
-        {"id": "dog3", "name": hostile},
+        *({"id": f"hostile{n}", "name": hostile} for n, hostile in enumerate(HOSTILE)),
     )
     pet.requests(
         request("tx-dogs", upsert("./data/dogs")),
         seed_dog_changes(pet),
-        request(
-            "tx-query",
-            {
-                "operation": "DELETE",
-                "target": "petstore.Dog",
-                "source": "petstore.DogQuery",
-                "arguments": {"name": hostile},
-            },
+        *(
+            request(
+                f"tx-query-{n}",
+                {
+                    "operation": "DELETE",
+                    "target": "petstore.Dog",
+                    "source": "petstore.DogQuery",
+                    "arguments": {"name": hostile},
+                },
+            )
+            for n, hostile in enumerate(HOSTILE)
         ),
-        request(
-            "tx-named",
-            {
-                "operation": "DELETE",
-                "target": "petstore.DogChange",
-                "source": "petstore.DogChange",
-                "query": "withStatus",
-                "arguments": {"inputStatus": hostile},
-            },
+        *(
+            request(
+                f"tx-named-{n}",
+                {
+                    "operation": "DELETE",
+                    "target": "petstore.DogChange",
+                    "source": "petstore.DogChange",
+                    "query": "withStatus",
+                    "arguments": {"inputStatus": hostile},
+                },
+            )
+            for n, hostile in enumerate(HOSTILE)
         ),
     )
     job = pet.run_once(spark)
     found = outcomes(spark, job)
-    assert found["tx-query"].status is Status.COMMITTED
+    assert {tid: o.status for tid, o in found.items()} == {
+        tid: Status.COMMITTED
+        for tid in [
+            "tx-dogs",
+            "tx-changes",
+            *(f"tx-{kind}-{n}" for kind in ("query", "named") for n in range(len(HOSTILE))),
+        ]
+    }
+    # each DELETE by DogQuery removed exactly its own hostile dog
+    assert [found[f"tx-query-{n}"].actions[0].deleted for n in range(len(HOSTILE))] == [1, 1, 1]
     assert rows(job.layout.table("petstore", "petstore.Dog"), "id") == [("dog1",), ("dog2",)]
-    assert found["tx-named"].actions[0].skipped == 0
+    # no DogChange has a hostile status: each named-query DELETE selected nothing
+    assert [found[f"tx-named-{n}"].actions[0].skipped for n in range(len(HOSTILE))] == [0, 0, 0]
     assert len(rows(job.layout.table("petstore", "petstore.DogChange"), "id")) == 3
-    assert read_table(spark, job.layout.ledger).where(F.col("transaction_id") == "tx-named").count()
+    ledger = read_table(spark, job.layout.ledger)
+    assert ledger.where(F.col("transaction_id").startswith("tx-named-")).count() == len(HOSTILE)
