@@ -43,6 +43,11 @@ process on; 36 jobs when it was read, 47 when issue 12 was opened). The slack ab
 differences between runs and versions, not a new job per table (3 tables: +3 or more)."""
 
 
+FIRST_BATCH_JOBS = 18
+"""The budget of the first batch into empty tables: 16 measured (31 when each table's stored
+rows were read, five jobs a table, though Delta's checksum said the tables held none)."""
+
+
 def _commits(warehouse: Path) -> dict[str, int]:
     return {
         str(log.parent.relative_to(warehouse)): len(list(log.glob("*.json")))
@@ -85,7 +90,10 @@ def test_a_batch_of_small_transactions_costs_a_fixed_budget(
 ) -> None:
     ws.dataset("petstore", DATASET)
     job = Job.create(spark, ws.config())
-    _run(spark, job, _batch(ws, 0, delete=False), 0)  # inserts every key: the tables' first rows
+    # Inserts every key: the tables' first rows. Nothing is stored yet, which Delta's checksum
+    # says without a job: no table's stored rows are read (a read per table until 2026-12-07).
+    jobs, _ = _run(spark, job, _batch(ws, 0, delete=False), 0)
+    assert jobs <= FIRST_BATCH_JOBS, jobs
     _run(spark, job, _batch(ws, 1, delete=False), 1)  # reads the ledger's ids, held from now on
 
     jobs, added = _run(spark, job, _batch(ws, 2, delete=False), 2)
