@@ -5,7 +5,8 @@
 #               the whole test suite (real Spark, Delta, Kafka, a local S3 server, PostgreSQL ->
 #               Debezium, MariaDB -> Debezium)
 #   make test-s3  the same setup, then only the S3 warehouse test
-#   make test-property  the property test grouped = sequential, deeper (a release check)
+#   make test-property  the property tests grouped = sequential and SCD2 = reference, deeper and
+#               on a new random seed (a release check)
 
 PYTHON  ?= python3.11
 VENV    := .venv
@@ -149,12 +150,14 @@ test-s3: setup jars-s3
 	$(PY) -m pytest -m s3 tests/integration/test_s3_warehouse.py
 
 # grouped = sequential (tests/integration/test_grouped_equals_sequential.py) with PROPERTY_EXAMPLES
-# times the sequences and MERGEs of `make test`, on a new random seed (printed; `make
+# times the sequences and MERGEs of `make test`, and the SCD2 tables = the reference over history
+# (tests/integration/test_scd2.py) with 4 x PROPERTY_EXAMPLES batches of 2-6 random transactions
+# per scenario instead of `make test`'s fixed workloads; on a new random seed (printed; `make
 # test-property PROPERTY_SEED=<n>` repeats a run). A release check, not part of `make test`.
 PROPERTY_EXAMPLES ?= 5
 test-property: setup
 	PROPERTY_EXAMPLES=$(PROPERTY_EXAMPLES) $(PY) -m pytest -rP \
-		tests/integration/test_grouped_equals_sequential.py
+		tests/integration/test_grouped_equals_sequential.py tests/integration/test_scd2.py
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit tests/bench

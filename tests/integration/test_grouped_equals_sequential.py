@@ -11,7 +11,8 @@ order kept). A sequence's MERGE reads its group of the source schema ``Src`` (wr
 earlier batch) and deletes the rows of its group that the source lacks: it reads the table the
 batch writes, so the batch is cut into segments there (``core.steps``) — a segment per MERGE,
 the cost of this test. So it is two tests: many sequences of the write-only operations (UPSERT,
-PATCH, DELETE, INSERT_IGNORE: one segment), and fewer sequences with a dozen MERGEs among them.
+PATCH, DELETE, INSERT_IGNORE: one segment), and fewer sequences with a few MERGEs among them
+(one between other transactions of its sequence, asserted).
 
 Random, reproducibly: the seed is printed and named in every failure; ``PROPERTY_SEED=<n>``
 runs those sequences again. ``PROPERTY_EXAMPLES=<k>`` runs k times as many sequences (and
@@ -53,9 +54,11 @@ SCALE = int(os.environ.get(EXAMPLES_ENV) or 1)
 
 WRITE_ONLY_SEQUENCES = 200
 """Sequences of the write-only test: one segment, however many."""
-MERGE_SEQUENCES = 24
-MERGES = 12
-"""MERGEs among the transactions of the MERGE test's sequences: a segment each."""
+MERGE_SEQUENCES = 16
+MERGES = 4
+"""MERGEs among the transactions of the MERGE test's sequences: a segment each (each segment
+~3 s of the test: 12 MERGEs among 24 sequences took 40-50 s a fold; ``make test-property``
+runs 5 times these)."""
 CONFIRM_AT_MOST = 5
 """A failure runs its differing sequences again alone when there are at most this many."""
 

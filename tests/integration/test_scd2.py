@@ -1,12 +1,23 @@
 """SCD type 2 tables on real Spark and Delta, through the job's sink (docs/interface.md, "SCD2
 tables"): the table the batches MERGE equals ``core.scd2.intervals`` over the history table
-read back — for random sequences of transactions (every object operation, re-inserts, several
-versions of a key in one transaction, several transactions in one batch), with a tracked subset
-(type-1 updates) and with ``valid_from`` from a data column whose times come out of order;
-built from history at startup (backfill); read as of a time both ways; a replayed batch
-changes nothing.
+read back — for sequences of generated transactions (every object operation, re-inserts,
+several versions of a key in one transaction, several transactions in one batch, asserted of
+each workload), with a tracked subset (type-1 updates) and with ``valid_from`` from a data
+column whose times come out of order; built from history at startup (backfill); read as of a
+time both ways; a batch that changes no interval makes no SCD2 commit; a replayed batch changes
+nothing.
 
-Random, reproducibly: ``PROPERTY_SEED=<n>`` runs the printed seed's sequences again.
+Three scenarios each serve several tests (module-scoped fixtures that make the batches and
+record what they left; the tests assert it): ``driver_run`` (the fold on the driver: the
+reference, a batch without an SCD2 change, a replayed batch), ``executors_run`` (the fold on the
+executors and the semi-join read: the reference, and Dog's table backfilled half-way),
+``timed_run`` (hand-made versions at set commit times: type-1 updates, ``valid_from`` out of
+order, as of a time). The pure rules of ``intervals`` are tests/unit/test_scd2.py's.
+
+The generated workloads are fixed by default (``FIXED_SEEDS``: chosen to cover every operation
+and branch named above, at few segments; the coverage is asserted, so it cannot shrink
+unnoticed). ``make test-property`` (``PROPERTY_EXAMPLES=<k>``) runs k times as many batches of
+2-6 transactions on a new random seed, printed; ``PROPERTY_SEED=<n>`` repeats one.
 """
 
 from __future__ import annotations
@@ -15,7 +26,7 @@ import json
 import logging
 import os
 import random
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,6 +38,7 @@ from pyspark.sql import SparkSession
 from streaming.apply import objects as apply_module
 from streaming.apply import scd2 as scd2_module
 from streaming.cli.main import main
+from streaming.core import steps
 from streaming.core.batch import split_landing_file
 from streaming.core.outcomes import Status
 from streaming.core.scd2 import intervals, scd2_key
@@ -38,7 +50,21 @@ from tests.support import Workspace, request
 
 pytestmark = pytest.mark.spark
 
-SEED = int(os.environ.get("PROPERTY_SEED") or random.SystemRandom().randrange(1 << 32))
+EXAMPLES = int(os.environ.get("PROPERTY_EXAMPLES") or 0)
+"""``make test-property``: k times the batches, 2-6 transactions each, on a random seed."""
+SEED: int | None = (
+    int(os.environ["PROPERTY_SEED"])
+    if os.environ.get("PROPERTY_SEED")
+    else random.SystemRandom().randrange(1 << 32)
+    if EXAMPLES
+    else None
+)
+"""None: the fixed workloads (``FIXED_SEEDS``)."""
+FIXED_SEEDS = {"driver": 1569, "executors": 301}
+"""Per scenario, the seed of its fixed workload (``make test``): found by
+``cheapest_covering_seed`` over seeds 0-4999 — every operation, several versions of a key in
+one transaction, a re-insert, a key changed in two segments of a batch, at the fewest waves (6:
+a random workload of the old 4 batches of 2-6 transactions took 11-29, 19 on average)."""
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 PROPS = ("name", "age", "grp", "ts")
 DATASET = """\
@@ -58,42 +84,57 @@ petstore.Src:
       arguments: [{name: g, type: string}]
       expression: grp == g
 """
+WITHOUT_DOGS = DATASET.replace("  scd2: [name, grp]\n", "")
+"""Dog without an SCD2 table (turned on later: a backfill)."""
 SCD2 = {"Dog": (["name", "grp"], None), "Cat": (["name", "age", "grp"], "ts")}
 """Per SCD2 schema: its tracked properties and ``valid_from``."""
 IDS = ("a", "b", "c")
 OPS = ("UPSERT", "PATCH", "DELETE", "INSERT_IGNORE", "MERGE", "REPLACE")
+SCOPED = ("MERGE", "REPLACE")
+"""Operations that read their target (a group of ``Src``): each cuts a segment."""
 
 
 def _time(minutes: int) -> str:
     return (T0 + timedelta(minutes=minutes)).isoformat()
 
 
-class Scenario:
-    """A workspace whose batches are made of generated transactions over a few groups of ids."""
+def seed_of(scenario: str) -> str | int:
+    return FIXED_SEEDS[scenario] if SEED is None else f"{SEED}:{scenario}"
 
-    def __init__(
-        self,
-        spark: SparkSession,
-        root: Path,
-        rng: random.Random,
-        groups: int,
-        dataset: str = DATASET,
-    ) -> None:
-        self.spark, self.rng, self.groups = spark, rng, groups
-        self.ws = Workspace(root)
-        self.ws.dataset("petstore", dataset)
-        self.job = Job.create(spark, self.ws.config())
-        self.batch = 0
-        self.files = 0
-        sources = [self._row(g, i) for g in range(groups) for i in rng.sample(IDS, 2)]
-        self.sources = sources
-        self.ws.data("src/petstore/Src/part.json", *sources)
-        setup = request(
-            "setup", {"operation": "UPSERT", "locationUri": "./data/src", "format": "JSON"}
-        )
-        self.run([setup])
 
-    def _row(self, group: int, key: str) -> dict[str, Any]:
+def about() -> str:
+    """For failure messages: how to run this workload again."""
+    if SEED is None:
+        return "the fixed workloads"
+    again = f"PROPERTY_SEED={SEED}" + (f" PROPERTY_EXAMPLES={EXAMPLES}" if EXAMPLES else "")
+    return f"seed {SEED} ({again} repeats it)"
+
+
+# -- the workload (pure) -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Action:
+    op: str
+    group: int
+    rows: tuple[dict[str, Any], ...] = ()
+    """A file's rows (full; ``Scenario`` cuts a DELETE's to ids, a PATCH's to id, age, ts);
+    none for MERGE/REPLACE (they read ``Src``)."""
+
+
+Transaction = list[Action]
+
+
+@dataclass
+class Workload:
+    """Generated batches of transactions over ``groups`` groups of ids, and ``Src``'s rows."""
+
+    rng: random.Random
+    groups: int
+    sources: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.sources = [self.row(g, i) for g in range(self.groups) for i in self.rng.sample(IDS, 2)]
+
+    def row(self, group: int, key: str) -> dict[str, Any]:
         rng = self.rng
         return {
             "id": f"g{group}-{key}",
@@ -103,42 +144,157 @@ class Scenario:
             "ts": _time(rng.randint(0, 30)),  # out of order on purpose
         }
 
-    def transaction(self, tid: str) -> str:
+    def transaction(self) -> Transaction:
         """1-2 actions on one group: a key may get several versions in one transaction."""
         group = self.rng.randrange(self.groups)
         actions = []
-        for n in range(self.rng.randint(1, 2)):
+        for _ in range(self.rng.randint(1, 2)):
             op = self.rng.choice(OPS)
-            if op in ("MERGE", "REPLACE"):
-                for target in ("petstore.Dog", "petstore.Cat"):
-                    actions.append(
-                        {
-                            "operation": op,
-                            "source": "petstore.Src",
-                            "target": target,
-                            "query": "inGroup",
-                            "arguments": {"g": f"g{group}"},
-                        }
-                    )
+            if op in SCOPED:
+                actions.append(Action(op, group))
                 continue
-            rows = [
-                self._row(group, k) for k in sorted(self.rng.sample(IDS, self.rng.randint(1, 3)))
-            ]
-            if op == "DELETE":
-                rows = [{"id": r["id"]} for r in rows]
-            elif op == "PATCH":
-                rows = [{"id": r["id"], "age": r["age"], "ts": r["ts"]} for r in rows]
+            keys = sorted(self.rng.sample(IDS, self.rng.randint(1, 3)))
+            actions.append(Action(op, group, tuple(self.row(group, k) for k in keys)))
+        return actions
+
+    def batches(self, count: int, least: int, most: int) -> list[list[Transaction]]:
+        return [
+            [self.transaction() for _ in range(self.rng.randint(least, most))] for _ in range(count)
+        ]
+
+
+@dataclass(frozen=True)
+class _Load:
+    """An action's load of one table as ``core.steps`` sees it (``core.plan``: a MERGE or a
+    REPLACE reads its source and its target)."""
+
+    reads: frozenset[str]
+    writes: str
+
+
+@dataclass(frozen=True)
+class _Tx:
+    loads: tuple[_Load, ...]
+
+
+def _as_steps(tx: Transaction) -> _Tx:
+    return _Tx(
+        tuple(
+            _Load(frozenset({"Src", target} if a.op in SCOPED else ()), target)
+            for a in tx
+            for target in ("Dog", "Cat")
+        )
+    )
+
+
+def cut(batch: list[Transaction]) -> list[list[int]]:
+    """The segments ``core.steps`` cuts ``batch`` into, as transaction numbers."""
+    numbered = [_as_steps(tx) for tx in batch]
+    index = {id(t): n for n, t in enumerate(numbered)}
+    return [[index[id(t)] for t in segment] for segment in steps.segments(numbered)]
+
+
+def cost(batch: list[Transaction]) -> int:
+    """The waves the batch is applied in (each writes its tables): what a batch costs."""
+    return sum(len(steps.waves(_as_steps(batch[n]).loads)) for seg in cut(batch) for n in seg)
+
+
+def covers(workload: Workload, batches: list[list[Transaction]]) -> set[str]:
+    """What ``batches`` exercise, by a model of which ids live (a proxy of ``coverage``, which
+    reads the history the sink wrote): every op, ``several versions`` (two actions of a
+    transaction change one id), ``re-insert`` (an id live again after a delete), ``several
+    segments`` (one id changed in two segments of a batch: one SCD2 MERGE of both)."""
+    src = {r["id"] for r in workload.sources}
+    live: set[str] = set()
+    gone: set[str] = set()
+    seen: set[str] = set()
+    for batch in batches:
+        segment_of = {n: s for s, seg in enumerate(cut(batch)) for n in seg}
+        changed_in: dict[str, set[int]] = {}
+        for number, tx in enumerate(batch):
+            touched: list[set[str]] = []
+            for a in tx:
+                seen.add(a.op)
+                ids = {r["id"] for r in a.rows}
+                group = {f"g{a.group}-{k}" for k in IDS}
+                if a.op in SCOPED:
+                    ids = group & src
+                    dropped = (group & live) - src
+                    live -= dropped
+                    gone |= dropped
+                    changed = ids | dropped
+                elif a.op == "DELETE":
+                    changed = ids & live
+                    live -= changed
+                    gone |= changed
+                elif a.op == "PATCH":
+                    changed = ids & live
+                else:
+                    changed = ids if a.op == "UPSERT" else ids - live
+                if a.op in ("UPSERT", "INSERT_IGNORE", *SCOPED):
+                    if (ids - live) & gone:
+                        seen.add("re-insert")
+                    live |= ids
+                if any(changed & t for t in touched):
+                    seen.add("several versions")
+                touched.append(changed)
+                for key in changed:
+                    changed_in.setdefault(key, set()).add(segment_of[number])
+        if any(len(s) > 1 for s in changed_in.values()):
+            seen.add("several segments")
+    return seen
+
+
+# -- the scenario (Spark) ------------------------------------------------------------------------
+class Scenario:
+    """A workspace whose batches are made of a workload's transactions."""
+
+    def __init__(
+        self, spark: SparkSession, root: Path, workload: Workload, dataset: str = DATASET
+    ) -> None:
+        self.spark, self.workload = spark, workload
+        self.ws = Workspace(root)
+        self.ws.dataset("petstore", dataset)
+        self.job = Job.create(spark, self.ws.config())
+        self.batch = 0
+        self.files = 0
+        self.ws.data("src/petstore/Src/part.json", *workload.sources)
+        setup = request(
+            "setup", {"operation": "UPSERT", "locationUri": "./data/src", "format": "JSON"}
+        )
+        self.run([setup])
+
+    def line(self, tid: str, tx: Transaction) -> str:
+        """``tx`` as a request line (its files written)."""
+        actions: list[dict[str, Any]] = []
+        for a in tx:
+            if a.op in SCOPED:
+                actions.extend(
+                    {
+                        "operation": a.op,
+                        "source": "petstore.Src",
+                        "target": target,
+                        "query": "inGroup",
+                        "arguments": {"g": f"g{a.group}"},
+                    }
+                    for target in ("petstore.Dog", "petstore.Cat")
+                )
+                continue
+            keep = {"DELETE": ("id",), "PATCH": ("id", "age", "ts")}.get(a.op)
+            rows = [{k: v for k, v in r.items() if keep is None or k in keep} for r in a.rows]
             self.files += 1
             where = f"f{self.files}"
             for schema in ("Dog", "Cat"):
                 self.ws.data(f"{where}/petstore/{schema}/part.json", *rows)
-            actions.append({"operation": op, "locationUri": f"./data/{where}", "format": "JSON"})
-            del n
+            actions.append({"operation": a.op, "locationUri": f"./data/{where}", "format": "JSON"})
         return request(tid, *actions)
+
+    def lines(self, name: str, batch: list[Transaction]) -> list[str]:
+        return [self.line(f"{name}-t{t}", tx) for t, tx in enumerate(batch)]
 
     def upsert(self, tid: str, schema: str, key: str) -> str:
         """A transaction that upserts one row of a new ``key`` into ``schema``."""
-        return self._one(tid, "UPSERT", schema, self._row(0, key))
+        return self._one(tid, "UPSERT", schema, self.workload.row(0, key))
 
     def delete(self, tid: str, schema: str, key: str) -> str:
         """A transaction that deletes the row of ``key`` of group 0 from ``schema``."""
@@ -163,6 +319,10 @@ class Scenario:
             self.batch += 1
         return outcomes
 
+    def committed(self, lines: list[str]) -> None:
+        outcomes = self.run(lines)
+        assert all(o.status is Status.COMMITTED for o in outcomes), [o.error for o in outcomes]
+
     def paths(self, schema: str) -> Any:
         return self.job.layout.object_table("petstore", f"petstore.{schema}", scd2=True)
 
@@ -180,8 +340,104 @@ def check_reference(paths: Any, schema: str) -> list[dict[str, Any]]:
     track, valid_from = SCD2[schema]
     want = intervals(_rows(paths.history), PROPS, track, valid_from)
     got = _rows(paths.scd2)
-    assert sorted(got, key=_key) == sorted(want, key=_key), f"{schema}, seed {SEED}"
+    assert sorted(got, key=_key) == sorted(want, key=_key), f"{schema}, {about()}"
     return got
+
+
+@dataclass
+class Checks:
+    """What a scenario's batches left, for its tests to assert: per check, a label, the SCD2
+    table read back and the reference over history (each sorted)."""
+
+    tables: list[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]] = field(
+        default_factory=list
+    )
+
+    def take(self, scene: Scenario, label: str, *schemas: str) -> None:
+        for schema in schemas:
+            paths = scene.paths(schema)
+            track, valid_from = SCD2[schema]
+            want = intervals(_rows(paths.history), PROPS, track, valid_from)
+            self.tables.append(
+                (f"{schema} {label}", sorted(_rows(paths.scd2), key=_key), sorted(want, key=_key))
+            )
+
+    def assert_equal(self) -> None:
+        assert self.tables
+        for label, got, want in self.tables:
+            assert got == want, f"{label}, {about()}"
+
+
+def coverage(scene: Scenario, batches: list[list[Transaction]]) -> set[str]:
+    """What the batches exercised, read from Dog's history as the sink wrote it: every op
+    sent, ``several versions`` (an id with two versions of one transaction), ``re-insert`` (an
+    id live again after a delete), ``several segments`` (an id with versions of two segments of
+    one batch), ``several transactions`` (every batch has two or more)."""
+    seen = {a.op for batch in batches for tx in batch for a in tx}
+    if all(len(batch) >= 2 for batch in batches):
+        seen.add("several transactions")
+    segment = {
+        f"b{b}-t{n}": (b, s)
+        for b, batch in enumerate(batches)
+        for s, numbers in enumerate(cut(batch))
+        for n in numbers
+    }
+    history = sorted(_rows(scene.paths("Dog").history), key=lambda r: (r["id"], r["version"]))
+    per_tx: dict[tuple[str, str], int] = {}
+    per_batch: dict[tuple[str, int], set[int]] = {}
+    for n, h in enumerate(history):
+        at = (h["id"], h["__transaction_id"])
+        per_tx[at] = per_tx.get(at, 0) + 1
+        if h["__transaction_id"] in segment:
+            b, s = segment[h["__transaction_id"]]
+            per_batch.setdefault((h["id"], b), set()).add(s)
+        before = history[n - 1] if n else None
+        if before is not None and before["id"] == h["id"] and before["__deleted"]:
+            seen.add("re-insert")
+    if any(n >= 2 for n in per_tx.values()):
+        seen.add("several versions")
+    if any(len(s) >= 2 for s in per_batch.values()):
+        seen.add("several segments")
+    return seen
+
+
+COVERED = {*OPS, "several versions", "re-insert", "several segments", "several transactions"}
+
+
+MODELLED = {*OPS, "several versions", "re-insert", "several segments"}
+
+
+def cheapest_covering_seed(scenario: str, tries: int) -> tuple[int, int]:
+    """The seed (0 ... tries-1) whose fixed workload ``covers`` every operation, several
+    versions of a key in one transaction and a re-insert at the fewest segments, and those
+    segments: how ``FIXED_SEEDS`` were found (``python -m tests.integration.test_scd2``)."""
+    best: tuple[int, int] | None = None
+    for seed in range(tries):
+        made = Workload(random.Random(seed), groups=GROUPS[scenario])
+        batches = made.batches(3, 2, 3)
+        if covers(made, batches) >= MODELLED:
+            waves = sum(cost(b) for b in batches)
+            if best is None or waves < best[1]:
+                best = (seed, waves)
+    assert best is not None
+    return best
+
+
+GROUPS = {"driver": 3, "executors": 2}
+
+
+def shape(workload: Workload) -> list[list[Transaction]]:
+    """A scenario's generated batches: 3 of 2-3 transactions (``make test``: the fixed
+    workloads, as ``cheapest_covering_seed`` made them), or 4k of 2-6
+    (``PROPERTY_EXAMPLES=k``)."""
+    if EXAMPLES:
+        return workload.batches(4 * EXAMPLES, 2, 6)
+    return workload.batches(3, 2, 3)
+
+
+def workload(scenario: str) -> tuple[Workload, list[list[Transaction]]]:
+    made = Workload(random.Random(seed_of(scenario)), groups=GROUPS[scenario])
+    return made, shape(made)
 
 
 def _fold(monkeypatch: pytest.MonkeyPatch, fold: str) -> None:
@@ -193,67 +449,241 @@ def _fold(monkeypatch: pytest.MonkeyPatch, fold: str) -> None:
         monkeypatch.setattr(scd2_module, "KEY_PUSHDOWN_MAX", 0)
 
 
+@dataclass
+class DriverRun:
+    scene: Scenario
+    batches: list[list[Transaction]]
+    checks: Checks
+    no_change: tuple[list[Any], int, int]
+    """The batch deleting an id Dog never had: its outcomes, Dog's SCD2 version before, after."""
+    replay: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def driver_run(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> DriverRun:
+    """The fold on the driver: the generated batches (the reference checked after each), then a
+    batch whose change leaves every interval (a delete of an id never written), then the last
+    generated batch (with a new id upserted: an SCD2 MERGE for sure) made up to the ledger,
+    where the driver dies, and replayed."""
+    made, batches = workload("driver")
+    print(f"\ndriver: {about()}")
+    scene = Scenario(spark, tmp_path_factory.mktemp("driver"), made)
+    checks = Checks()
+    for n, batch in enumerate(batches[:-1]):
+        scene.committed(scene.lines(f"b{n}", batch))
+        checks.take(scene, f"after batch {n}", "Dog", "Cat")
+    dog = scene.paths("Dog")
+    before = deltalake.DeltaTable(dog.scd2).version()
+    outcomes = scene.run([scene.delete("none", "Dog", "absent")])
+    no_change = (outcomes, before, deltalake.DeltaTable(dog.scd2).version())
+    checks.take(scene, "after the batch without an SCD2 change", "Dog")
+
+    last = f"b{len(batches) - 1}"
+    lines = [*scene.lines(last, batches[-1]), scene.upsert(f"{last}-new", "Dog", "new")]
+    replay: dict[str, Any] = {"before": deltalake.DeltaTable(dog.scd2).version()}
+
+    def dies(*_: Any, **__: Any) -> None:
+        raise RuntimeError("the driver died before the ledger")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ledger_module, "record", dies)
+        with pytest.raises(Exception, match="before the ledger"):
+            scene.run(lines, batch_id=scene.batch)
+    replay["merged"] = deltalake.DeltaTable(dog.scd2).version()
+    replay["snapshot"] = sorted(_rows(dog.scd2), key=_key)
+    replay["outcomes"] = scene.run(lines, replay=True)
+    replay["after"] = deltalake.DeltaTable(dog.scd2).version()
+    replay["rows"] = sorted(_rows(dog.scd2), key=_key)
+    checks.take(scene, "after the replayed batch", "Dog", "Cat")
+    return DriverRun(scene, batches, checks, no_change, replay)
+
+
+@dataclass
+class ExecutorsRun:
+    scene: Scenario
+    batches: list[list[Transaction]]
+    checks: Checks
+    backfill: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def executors_run(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> ExecutorsRun:
+    """The fold on the executors, the SCD2 step's seeds read by a semi-join: Cat's SCD2 table
+    from the start; Dog's turned on after the first batch (a restart that builds it from
+    history: the backfill), then made by the batches after it."""
+    made, batches = workload("executors")
+    print(f"\nexecutors: {about()}")
+    checks = Checks()
+    backfill: dict[str, Any] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        _fold(patch, "executors, semi-join")
+        scene = Scenario(spark, tmp_path_factory.mktemp("executors"), made, WITHOUT_DOGS)
+        half = max(1, len(batches) // 3)
+        for n, batch in enumerate(batches[:half]):
+            scene.committed(scene.lines(f"b{n}", batch))
+            checks.take(scene, f"after batch {n}", "Cat")
+        dog = scene.paths("Dog")
+        backfill["absent"] = not os.path.exists(dog.scd2 or "")
+        backfill["history"] = len(_rows(dog.history))
+
+        scene.ws.dataset("petstore", DATASET)  # scd2 on for Dog: the restart builds its table
+        if scene.job.lease is not None:
+            scene.job.lease.release()
+        logs = _Logs()
+        logger = logging.getLogger("streaming.runtime.job")
+        logger.addHandler(logs)
+        level = logger.level
+        logger.setLevel(logging.INFO)
+        try:
+            scene.job = Job.create(spark, scene.ws.config())
+        finally:
+            logger.removeHandler(logs)
+            logger.setLevel(level)
+        backfill["logs"] = logs.text
+        backfill["built"] = len(_rows(dog.scd2))
+        checks.take(scene, "backfilled", "Dog")
+        for n, batch in enumerate(batches[half:], half):
+            scene.committed(scene.lines(f"b{n}", batch))
+            checks.take(scene, f"after batch {n}", "Dog", "Cat")
+    return ExecutorsRun(scene, batches, checks, backfill)
+
+
+class _Logs(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.text = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.text += record.getMessage() + "\n"
+
+
 # Each branch of each switch once, not their four pairs: the fold (the SCD2 step on the driver,
 # or on the executors) and the read of the stored intervals (``id IN (...)`` with the MERGE's
 # condition narrowed to those ids, or the semi-join without) are chosen independently, and
-# ``_of_ids`` reads the same way under either fold. The four pairs took 84-170 s each on CI's
-# slowest machine; two keep every branch at half the time.
+# ``_of_ids`` reads the same way under either fold.
 @pytest.mark.parametrize("fold", ["driver", "executors, semi-join"])
 def test_scd2_tables_equal_the_reference_over_history(
-    spark: SparkSession,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    fold: str,
+    request: pytest.FixtureRequest, fold: str
 ) -> None:
-    _fold(monkeypatch, fold)
-    print(f"\nseed {SEED} (PROPERTY_SEED={SEED} repeats it)")
-    rng = random.Random(f"{SEED}:{fold}")
-    scene = Scenario(spark, tmp_path, rng, groups=3)
-    seen_ops: set[str] = set()
-    for batch in range(4):
-        lines = [scene.transaction(f"b{batch}-t{t}") for t in range(rng.randint(2, 6))]
-        seen_ops.update(op for op in OPS if f'"{op}"' in "".join(lines))
-        outcomes = scene.run(lines)
-        assert all(o.status is Status.COMMITTED for o in outcomes), [o.error for o in outcomes]
-        for schema in ("Dog", "Cat"):
-            check_reference(scene.paths(schema), schema)
-    got = _rows(scene.paths("Dog").scd2)
-    assert got, "no intervals: the sequences wrote nothing"
+    run: DriverRun | ExecutorsRun = request.getfixturevalue(
+        "driver_run" if fold == "driver" else "executors_run"
+    )
+    run.checks.assert_equal()
+    assert coverage(run.scene, run.batches) >= COVERED, about()
     # the ledger records the SCD2 tables' versions; a consistent read takes them
-    versions = consistent_versions(spark, scene.job.layout)
+    scene = run.scene
+    versions = consistent_versions(scene.spark, scene.job.layout)
     for schema in ("Dog", "Cat"):
         path = scene.paths(schema).scd2
         assert versions[path] == deltalake.DeltaTable(path).version()
     recorded = [json.loads(r["table_versions"]) for r in _rows(scene.job.layout.ledger)]
     for schema in ("Dog", "Cat"):
         assert any(scd2_key(f"petstore.{schema}") in v for v in recorded)
-    assert len(seen_ops) >= 4, seen_ops
+
+
+def test_backfill_builds_the_table_from_history_at_startup(executors_run: ExecutorsRun) -> None:
+    """Dog's SCD2 table turned on at a restart is built from its history (it equals the
+    reference: ``executors_run``'s checks), and the batches go on from there."""
+    backfill = executors_run.backfill
+    assert backfill["absent"]  # no SCD2 table before it was turned on
+    assert (
+        f"scd2: built petstore.Dog's SCD2 table from its history ({backfill['history']} versions "
+        f"→ {backfill['built']} intervals)"
+    ) in backfill["logs"]
+    labels = [label for label, _, _ in executors_run.checks.tables]
+    assert "Dog backfilled" in labels
+    assert any(label.startswith("Dog after batch") for label in labels)
+    executors_run.checks.assert_equal()
+    # as of a time, for a schema without an SCD2 table: from its history
+    scene = executors_run.scene
+    later = datetime.now(UTC) + timedelta(days=1)
+    src = as_of(scene.spark, scene.job.layout, "petstore", "petstore.Src", later)
+    assert sorted(r["id"] for r in src.collect()) == sorted(r["id"] for r in scene.workload.sources)
+    assert as_of(scene.spark, scene.job.layout, "petstore", "petstore.Src", T0).count() == 0
+
+
+def test_a_replayed_batch_changes_nothing(driver_run: DriverRun) -> None:
+    replay = driver_run.replay
+    assert replay["merged"] == replay["before"] + 1  # the SCD2 MERGE was made before the ledger
+    assert all(o.status is Status.COMMITTED for o in replay["outcomes"])
+    assert replay["after"] == replay["merged"]  # not made again
+    assert replay["rows"] == replay["snapshot"]
+    driver_run.checks.assert_equal()  # the last check: after the replayed batch
+
+
+def test_a_batch_that_changes_no_interval_makes_no_scd2_commit(driver_run: DriverRun) -> None:
+    """A small batch whose changes leave every interval as it is (a delete of an id the table
+    never had) writes nothing to the SCD2 table: no MERGE, no empty commit; it commits. The
+    batch after it (a real change) makes its one MERGE (``test_a_replayed_batch_...``)."""
+    outcomes, before, after = driver_run.no_change
+    assert [o.status for o in outcomes] == [Status.COMMITTED]
+    assert after == before
+    assert driver_run.replay["merged"] == after + 1  # and a real change still is
+
+
+@dataclass
+class TimedRun:
+    ws: Workspace
+    job: Job
+    config: Path
+    cat: list[dict[str, Any]]
+    """Cat's SCD2 rows after the batches."""
+    dog: list[dict[str, Any]]
+    """Dog's SCD2 rows after the batches (before ``maintain``)."""
+    maintained: list[dict[str, Any]]
+    """Dog's SCD2 rows after ``cdc maintain --cluster``."""
+
+
+@pytest.fixture(scope="module")
+def timed_run(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> TimedRun:
+    """Hand-made versions, one batch an hour (hours 1-4): Dog ``d`` (tracked: name, grp)
+    (Rex, 1), (Rex, 2), (Max, 2); Cat ``c`` (``valid_from: ts``) Tom at minute 10, Kit at 40,
+    Max at 20, then deleted. Then ``cdc maintain --cluster``."""
+    ws = Workspace(tmp_path_factory.mktemp("timed"))
+    ws.dataset("petstore", DATASET)
+    job = Job.create(spark, ws.config())
+    dogs = [("Rex", 1), ("Rex", 2), ("Max", 2)]
+    cats = [("UPSERT", "Tom", 10), ("UPSERT", "Kit", 40), ("UPSERT", "Max", 20), ("DELETE", "", 0)]
+    for n, (op, cat, minutes) in enumerate(cats):
+        lines = []
+        if n < len(dogs):
+            name, age = dogs[n]
+            ws.data(f"d{n}/petstore/Dog/part.json", {"id": "d", "name": name, "age": age})
+            action = {"operation": "UPSERT", "locationUri": f"./data/d{n}", "format": "JSON"}
+            lines.append(request(f"t{n}", action))
+        row = {"id": "c"} if op == "DELETE" else {"id": "c", "name": cat, "ts": _time(minutes)}
+        ws.data(f"c{n}/petstore/Cat/part.json", row)
+        action = {"operation": op, "locationUri": f"./data/c{n}", "format": "JSON"}
+        lines.append(request(f"cat-t{n}", action))
+        at = T0 + timedelta(hours=n + 1)
+        job.sink.clock = lambda at=at: at  # type: ignore[misc]
+        body = ("\n".join(lines) + "\n").encode()
+        outcomes = job.sink.process(split_landing_file(f"file:/l/{n}.jsonl", T0, body, T0), n)
+        assert all(o.status is Status.COMMITTED for o in outcomes), [o.error for o in outcomes]
+    dog = job.layout.object_table("petstore", "petstore.Dog", scd2=True)
+    cat_paths = job.layout.object_table("petstore", "petstore.Cat", scd2=True)
+    check_reference(cat_paths, "Cat")
+    check_reference(dog, "Dog")
+    cat_rows, dog_rows = _rows(cat_paths.scd2), _rows(dog.scd2)
+    config = ws.root / "cdc.yaml"
+    config.write_text(ws.config().model_dump_json())
+    # maintain clusters SCD2 tables by id like current tables
+    assert main(["maintain", "--cluster", "--config", str(config)]) == 0
+    return TimedRun(ws, job, config, cat_rows, dog_rows, _rows(dog.scd2))
 
 
 def test_type_1_updates_keep_the_interval_and_tracked_changes_open_one(
-    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: SparkSession, timed_run: TimedRun, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ws = Workspace(tmp_path)
-    ws.dataset("petstore", DATASET)
-    job = Job.create(spark, ws.config())
-    clock = iter(T0 + timedelta(hours=h) for h in range(1, 10))
-    for n, (name, age) in enumerate([("Rex", 1), ("Rex", 2), ("Max", 2)]):
-        ws.data(f"v{n}/petstore/Dog/part.json", {"id": "d", "name": name, "age": age})
-        at = next(clock)
-        job.sink.clock = lambda at=at: at  # type: ignore[misc]
-        line = request(
-            f"t{n}", {"operation": "UPSERT", "locationUri": f"./data/v{n}", "format": "JSON"}
-        )
-        job.sink.process(split_landing_file(f"file:/l/{n}.jsonl", T0, line.encode(), T0), n)
+    job, config = timed_run.job, timed_run.config
     paths = job.layout.object_table("petstore", "petstore.Dog", scd2=True)
-    got = sorted(_rows(paths.scd2), key=lambda r: r["__version"])
+    got = sorted(timed_run.dog, key=lambda r: r["__version"])
     hour = lambda h: T0 + timedelta(hours=h)  # noqa: E731
     assert [
         (r["__version"], r["name"], r["age"], r["__start_at"], r["__end_at"], r["__is_current"])
         for r in got
     ] == [(1, "Rex", 2, hour(1), hour(3), False), (3, "Max", 2, hour(3), None, True)]
     assert got[0]["__transaction_id"] == "t0"
-    check_reference(paths, "Dog")
 
     # as of a time: from the SCD2 table, and from history for a schema without one
     def names(at: datetime) -> list[tuple[str, str]]:
@@ -271,58 +701,23 @@ def test_type_1_updates_keep_the_interval_and_tracked_changes_open_one(
     assert as_of(spark, job.layout, "petstore", "petstore.Src", hour(9)).count() == 0
 
     # the command line: cdc show --as-of, --scd2
-    config = ws.root / "cdc.yaml"
-    config.write_text(ws.config().model_dump_json())
     capsys.readouterr()
     as_of_text = (hour(2)).isoformat()
     show = ["show", "petstore", "petstore.Dog", "--as-of", as_of_text]
     assert main([*show, "--json", "--config", str(config)]) == 0
     shown = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["id"], r["name"], r["age"]) for r in shown] == [("d", "Rex", 2)]
-    assert (
-        main(
-            [
-                "show",
-                "petstore",
-                "petstore.Dog",
-                "--scd2",
-                "--consistent",
-                "--json",
-                "--config",
-                str(config),
-            ]
-        )
-        == 0
-    )
+    scd2 = ["show", "petstore", "petstore.Dog", "--scd2", "--consistent", "--json"]
+    assert main([*scd2, "--config", str(config)]) == 0
     shown = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["__version"], r["name"]) for r in shown] == [(1, "Rex"), (3, "Max")]
 
     # maintain clusters SCD2 tables by id like current tables; the intervals stay
-    assert main(["maintain", "--cluster", "--config", str(config)]) == 0
-    assert sorted(_rows(paths.scd2 or ""), key=_key) == sorted(got, key=_key)
+    assert sorted(timed_run.maintained, key=_key) == sorted(timed_run.dog, key=_key)
 
 
-def test_valid_from_out_of_order_and_deletes_at_commit_time(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    ws = Workspace(tmp_path)
-    ws.dataset("petstore", DATASET)
-    job = Job.create(spark, ws.config())
-    steps = [
-        ("UPSERT", "Tom", 10),
-        ("UPSERT", "Kit", 40),
-        ("UPSERT", "Max", 20),
-        ("DELETE", None, None),
-    ]
-    for n, (op, name, minutes) in enumerate(steps):
-        row = {"id": "c"} if op == "DELETE" else {"id": "c", "name": name, "ts": _time(minutes)}
-        ws.data(f"v{n}/petstore/Cat/part.json", row)
-        at = T0 + timedelta(hours=n + 1)
-        job.sink.clock = lambda at=at: at  # type: ignore[misc]
-        line = request(f"t{n}", {"operation": op, "locationUri": f"./data/v{n}", "format": "JSON"})
-        job.sink.process(split_landing_file(f"file:/l/{n}.jsonl", T0, line.encode(), T0), n)
-    paths = job.layout.object_table("petstore", "petstore.Cat", scd2=True)
-    got = sorted(_rows(paths.scd2), key=lambda r: r["__version"])
+def test_valid_from_out_of_order_and_deletes_at_commit_time(timed_run: TimedRun) -> None:
+    got = sorted(timed_run.cat, key=lambda r: r["__version"])
     minute = lambda m: T0 + timedelta(minutes=m)  # noqa: E731
     # Max (ts 20) comes after Kit (ts 40): lifted to 40, Kit's interval is empty and dropped;
     # the delete ends Max's at its commit time (hour 4).
@@ -330,92 +725,6 @@ def test_valid_from_out_of_order_and_deletes_at_commit_time(
         ("Tom", minute(10), minute(40), False),
         ("Max", minute(40), T0 + timedelta(hours=4), True),
     ]
-    check_reference(paths, "Cat")
-
-
-def test_backfill_builds_the_table_from_history_at_startup(
-    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    rng = random.Random(f"{SEED}:backfill")
-    without = DATASET.replace("  scd2: [name, grp]\n", "")
-    scene = Scenario(spark, tmp_path, rng, groups=2, dataset=without)
-    ws = scene.ws
-    for batch in range(2):
-        scene.run([scene.transaction(f"b{batch}-t{t}") for t in range(4)])
-    paths = scene.job.layout.object_table("petstore", "petstore.Dog", scd2=True)
-    assert not os.path.exists(paths.scd2 or "")
-    history = _rows(paths.history)
-
-    ws.dataset("petstore", DATASET)  # scd2 on for Dog: the restart builds its table
-    if scene.job.lease is not None:
-        scene.job.lease.release()
-    caplog.set_level(logging.INFO, logger="streaming.runtime.job")
-    job = Job.create(spark, ws.config())
-    got = check_reference(paths, "Dog")
-    assert (
-        f"scd2: built petstore.Dog's SCD2 table from its history ({len(history)} versions → "
-        f"{len(got)} intervals)"
-    ) in caplog.text
-    # and the batches go on from there
-    scene.job = job
-    scene.run([scene.transaction("after-t0"), scene.transaction("after-t1")])
-    check_reference(paths, "Dog")
-    # as of a time, for a schema without an SCD2 table: from its history
-    later = datetime.now(UTC) + timedelta(days=1)
-    src = as_of(spark, job.layout, "petstore", "petstore.Src", later)
-    assert sorted(r["id"] for r in src.collect()) == sorted(r["id"] for r in scene.sources)
-    assert as_of(spark, job.layout, "petstore", "petstore.Src", T0).count() == 0
-
-
-def test_a_replayed_batch_changes_nothing(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    rng = random.Random(f"{SEED}:replay")
-    scene = Scenario(spark, tmp_path, rng, groups=2)
-    scene.run([scene.transaction(f"b0-t{t}") for t in range(3)])
-    lines = [scene.transaction(f"b1-t{t}") for t in range(4)]
-    # generated transactions may leave Dog's intervals as they are (a DELETE of absent ids, an
-    # INSERT_IGNORE of present ones), and then no SCD2 MERGE is made: a new id makes sure of one
-    lines.append(scene.upsert("b1-new", "Dog", "new"))
-    paths = scene.paths("Dog")
-    before = deltalake.DeltaTable(paths.scd2).version()
-
-    def dies(*_: Any, **__: Any) -> None:
-        raise RuntimeError("the driver died before the ledger")
-
-    original: Callable[..., Any] = ledger_module.record
-    monkeypatch.setattr(ledger_module, "record", dies)
-    with pytest.raises(Exception, match="before the ledger"):
-        scene.run(lines, batch_id=scene.batch)
-    merged = deltalake.DeltaTable(paths.scd2).version()
-    assert merged == before + 1  # the SCD2 MERGE was made before the ledger
-    snapshot = sorted(_rows(paths.scd2), key=_key)
-    monkeypatch.setattr(ledger_module, "record", original)
-    outcomes = scene.run(lines, replay=True)
-    assert all(o.status is Status.COMMITTED for o in outcomes)
-    assert deltalake.DeltaTable(paths.scd2).version() == merged  # not made again
-    assert sorted(_rows(paths.scd2), key=_key) == snapshot
-    check_reference(paths, "Dog")
-    check_reference(scene.paths("Cat"), "Cat")
-
-
-def test_a_batch_that_changes_no_interval_makes_no_scd2_commit(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    """A small batch whose changes leave every interval as it is (a delete of an id the table
-    never had) writes nothing to the SCD2 table: no MERGE, no empty commit; it commits."""
-    scene = Scenario(spark, tmp_path, random.Random(f"{SEED}:no-change"), groups=1)
-    scene.run([scene.upsert("t1", "Dog", "kept")])
-    paths = scene.paths("Dog")
-    before = deltalake.DeltaTable(paths.scd2).version()
-    outcomes = scene.run([scene.delete("t2", "Dog", "absent")])
-    assert [o.status for o in outcomes] == [Status.COMMITTED]
-    assert deltalake.DeltaTable(paths.scd2).version() == before
-    check_reference(paths, "Dog")
-    outcomes = scene.run([scene.delete("t3", "Dog", "kept")])  # and a real change still is
-    assert [o.status for o in outcomes] == [Status.COMMITTED]
-    assert deltalake.DeltaTable(paths.scd2).version() == before + 1
-    check_reference(paths, "Dog")
 
 
 def test_a_change_feeds_time_property_gives_source_time_validity(
@@ -528,3 +837,8 @@ def test_a_removed_property_keeps_its_scd2_column_and_its_values(
         (1, "Rex", "g1", False),  # closed: the removed column keeps its value
         (2, "Max", None, True),  # opened: NULL, as the current table's insert writes it
     ]
+
+
+if __name__ == "__main__":
+    for name in GROUPS:
+        print(name, cheapest_covering_seed(name, 5000))
