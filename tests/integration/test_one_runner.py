@@ -12,6 +12,7 @@ process (a JVM of its own) costs 30 to 50 s here, so each test starts at most tw
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -179,12 +180,15 @@ def test_of_two_runners_started_together_one_runs_and_the_other_stops_at_startup
 
 
 def test_a_runner_frozen_past_its_lease_stops_before_its_next_commit_when_resumed(
-    ws: Workspace,
+    spark: SparkSession, ws: Workspace, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The first runner is frozen (SIGSTOP, with its JVM) in batch 0 — planned, nothing written —
     past its lease; a second runner takes the checkpoint over and commits batch 0; the first,
-    resumed, must not commit it again: it stops at the fence with LEASE_LOST."""
-    prepare(ws, duration=6, renew=2)
+    resumed, must not commit it again: it stops at the fence with LEASE_LOST. The second runner
+    is a job in this process, on the shared session: a runner of its own pid that takes the lease
+    as a ``cdc run --once`` would (``Job.create``), without a cold JVM of its own."""
+    caplog.set_level(logging.INFO, logger="streaming")
+    cfg = prepare(ws, duration=6, renew=2)
     frozen, frozen_log = start(ws, "frozen", **{PAUSE_ENV: "before_first_commit:4"})
     try:
         pausing = f"{PAUSE_ENV}=before_first_commit: pausing"
@@ -198,14 +202,19 @@ def test_a_runner_frozen_past_its_lease_stops_before_its_next_commit_when_resume
             lambda: lease_record(ws).expired(datetime.now(UTC)),
             timeout=60,
         )
-        taker, taker_log = start(ws, "taker", "--once")
-        assert ended(taker) == 0, taker_log.read_text()[-4000:]
-        taken = taker_log.read_text()
-        assert "batch 0: 3 transactions (COMMITTED 3)" in taken, taken[-4000:]
-        clean(taken)
+        taker = Job.create(spark, cfg)
+        assert taker.lease is not None and taker.lease.mine is not None
+        assert (taker.lease.mine.holder, taker.lease.mine.epoch) == (
+            this_process(),
+            frozen_record.epoch + 1,
+        )
+        assert taker.run(once=True) is None
+        assert [int(str(e["batchId"])) for e in taker.sink.history] == [0]
+        assert "batch 0: 3 transactions (COMMITTED 3)" in caplog.text, caplog.text[-4000:]
+        assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
         assert_exactly_once(ws)
         record = lease_record(ws)
-        assert (record.holder.pid, record.epoch) == (taker.pid, frozen_record.epoch + 1)
+        assert (record.holder.pid, record.epoch) == (os.getpid(), frozen_record.epoch + 1)
         os.killpg(frozen.pid, signal.SIGCONT)
         code = ended(frozen)
     finally:
@@ -221,7 +230,7 @@ def test_a_runner_frozen_past_its_lease_stops_before_its_next_commit_when_resume
     )
     assert lost, out[-4000:]
     assert (int(lost[2]), int(lost[3])) == (frozen.pid, frozen_record.epoch)
-    assert int(lost[5]) == taker.pid
+    assert int(lost[5]) == os.getpid()
     assert "batch 0 stopped before its next commit: the lease was lost" in resumed, out[-4000:]
     assert not re.search(r"batch 0: \d+ transactions", resumed), out[-4000:]  # not run to its end
     assert "stopping on LEASE_LOST: no batch running" in resumed, out[-4000:]
