@@ -27,8 +27,10 @@ import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
+from streaming.core import lease as rules
 from streaming.core.config import AppConfig
 from streaming.core.faults import CRASH_ENV, PAUSE_ENV
+from streaming.core.lease import Record
 from streaming.runtime.job import Job
 from streaming.runtime.stopping import StopRequested
 from tests.support import Workspace, request, upsert
@@ -84,6 +86,13 @@ def group_alive(pgid: int) -> bool:
         if int(fields[2]) == pgid and fields[0] != "Z":
             return True
     return False
+
+
+def lease_record(ws: Workspace) -> Record:
+    """The checkpoint's latest lease record (streaming/runtime/lease.py)."""
+    folder = ws.root / "checkpoints" / "cdc" / rules.FOLDER
+    epochs = sorted(e for e in map(rules.epoch_of, os.listdir(folder)) if e is not None)
+    return Record.from_json((folder / rules.file_name(epochs[-1])).read_text())
 
 
 def rows(ws: Workspace, *parts: str) -> list[dict[str, Any]]:
@@ -153,6 +162,7 @@ class Stopped:
 
     ws: Workspace
     cfg: AppConfig
+    pid: int
     code: int
     seconds: float
     output: str
@@ -171,7 +181,7 @@ def _stop_finishing(ws: Workspace, name: str, delivery: str) -> Stopped:
         code, seconds = ended(process, sent)
     finally:
         kill_group(process)
-    return Stopped(ws, cfg, code, seconds, log.read_text())
+    return Stopped(ws, cfg, process.pid, code, seconds, log.read_text())
 
 
 def _stop_cutting(ws: Workspace, how: str) -> Stopped:
@@ -195,7 +205,7 @@ def _stop_cutting(ws: Workspace, how: str) -> Stopped:
         code, seconds = ended(process, sent)
     finally:
         kill_group(process)
-    return Stopped(ws, cfg, code, seconds, log.read_text())
+    return Stopped(ws, cfg, process.pid, code, seconds, log.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -252,6 +262,9 @@ def test_a_stop_signal_lets_the_running_batch_finish_and_exits_0(
     assert outcome_rows(ws) == [("tx-1", "COMMITTED", 0)]
     assert ledger_rows(ws) == [("tx-1", 0)]
     assert dog_rows(ws) == [("dog1", 1, "Rex")]
+    # The lease given up at the stop: the next start need not wait for it to expire.
+    record = lease_record(ws)
+    assert record.holder.pid == run.pid and record.released, record
     assert restart(spark, run.cfg) == []  # Spark's checkpoint has batch 0 done
     assert outcome_rows(ws) == [("tx-1", "COMMITTED", 0)]
     assert ledger_rows(ws) == [("tx-1", 0)]
