@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import deltalake
@@ -163,17 +166,25 @@ def test_an_incomplete_transaction_is_rejected_after_max_wait_and_kept_in_quaran
     assert pending(ws) == 0
 
 
-@pytest.mark.parametrize("point", ["between_commits", "after_ledger"])
-def test_a_crash_with_a_source_transaction_half_read_applies_each_once(
-    spark: SparkSession, ws: Workspace, kafka_broker: object, prefix: str, point: str
-) -> None:
-    """``cdc run`` killed in a batch that holds a complete transaction and half of the next
-    (its END and an event still to come): after the restart, the replayed batch and the next
-    one apply each source transaction once, whole. The restart runs in this process, on the
-    shared session, as tests/integration/test_crash_points.py's do: a new job on the same config,
-    checkpoint and warehouse, nothing of the killed process left but what it wrote."""
-    bootstrap: str = kafka_broker.bootstrap  # type: ignore[attr-defined]
-    cfg = config(ws, kafka_broker, prefix)
+CRASH_POINTS = ("between_commits", "after_ledger")
+
+
+@dataclass
+class Crashed:
+    """A ``cdc run --once`` killed at a crash point in a batch holding a complete source
+    transaction and half of the next: its workspace, config, topic prefix, the topics' state
+    (for the rest of the half-read transaction) and the killed process."""
+
+    ws: Workspace
+    cfg: AppConfig
+    prefix: str
+    topics: Topics
+    run: subprocess.CompletedProcess[str]
+
+
+def _crash(ws: Workspace, broker: Any, point: str) -> Crashed:
+    prefix = f"db{uuid.uuid4().hex[:8]}"
+    cfg = config(ws, broker, prefix)
     (ws.root / "cdc.json").write_text(cfg.model_dump_json())
     topics = Topics(prefix=prefix)
     topics.event(CUST, "r", {"id": 1, "name": "Ada", "balance": "100.00"})
@@ -187,10 +198,53 @@ def test_a_crash_with_a_source_transaction_half_read_applies_each_once(
     )
     topics.begin("901:5")
     topics.event(CUST, "u", {"id": 2, "name": "Bob", "balance": "0.50"}, tx="901:5", order=1)
-    send(bootstrap, topics.take())
+    send(broker.bootstrap, topics.take())
     env = cdc_env({CRASH_ENV: point}, drop=(CRASH_ENV, "CDC_"))
     crashed = run_cdc("run", "--once", "--config", "cdc.json", cwd=ws.root, env=env)
+    return Crashed(ws, cfg, prefix, topics, crashed)
+
+
+@pytest.fixture(scope="module")
+def crashes(
+    tmp_path_factory: pytest.TempPathFactory, kafka_broker: object
+) -> dict[str, Crashed | BaseException]:
+    """Each crash point's killed ``cdc run --once``, side by side in threads of their own: each
+    is a cold process (a JVM of its own) on a workspace and topics of its own, and much of its
+    time is spent waiting (on its JVM's start, on Kafka), so together they take less time than
+    one after another. A run's failure is raised by its own test."""
+    with ThreadPoolExecutor(len(CRASH_POINTS)) as pool:
+        futures = {
+            point: pool.submit(
+                _crash, Workspace(tmp_path_factory.mktemp(point)), kafka_broker, point
+            )
+            for point in CRASH_POINTS
+        }
+    found: dict[str, Crashed | BaseException] = {}
+    for point, future in futures.items():
+        error = future.exception()
+        found[point] = error if error is not None else future.result()
+    return found
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_a_crash_with_a_source_transaction_half_read_applies_each_once(
+    spark: SparkSession,
+    kafka_broker: object,
+    crashes: dict[str, Crashed | BaseException],
+    point: str,
+) -> None:
+    """``cdc run`` killed in a batch that holds a complete transaction and half of the next
+    (its END and an event still to come): after the restart, the replayed batch and the next
+    one apply each source transaction once, whole. The restart runs in this process, on the
+    shared session, as tests/integration/test_crash_points.py's do: a new job on the same config,
+    checkpoint and warehouse, nothing of the killed process left but what it wrote."""
+    found = crashes[point]
+    if isinstance(found, BaseException):
+        raise found
+    ws, cfg, prefix, topics, crashed = found.ws, found.cfg, found.prefix, found.topics, found.run
+    bootstrap: str = kafka_broker.bootstrap  # type: ignore[attr-defined]
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    assert f"{CRASH_ENV}={point}: killing the driver" in crashed.stderr, crashed.stderr[-3000:]
     rest = Topics(prefix=prefix, offsets=dict(topics.offsets), lsn=topics.lsn)
     rest.event(
         ORD, "c", {"id": 11, "customer_id": 2, "amount": "5.00"}, tx="901:9", order=2, table_order=1

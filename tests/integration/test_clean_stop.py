@@ -16,6 +16,10 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +27,10 @@ import deltalake
 import pytest
 from pyspark.sql import SparkSession
 
+from streaming.core import lease as rules
 from streaming.core.config import AppConfig
 from streaming.core.faults import CRASH_ENV, PAUSE_ENV
+from streaming.core.lease import Record
 from streaming.runtime.job import Job
 from streaming.runtime.stopping import StopRequested
 from tests.support import Workspace, request, upsert
@@ -82,6 +88,13 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def lease_record(ws: Workspace) -> Record:
+    """The checkpoint's latest lease record (streaming/runtime/lease.py)."""
+    folder = ws.root / "checkpoints" / "cdc" / rules.FOLDER
+    epochs = sorted(e for e in map(rules.epoch_of, os.listdir(folder)) if e is not None)
+    return Record.from_json((folder / rules.file_name(epochs[-1])).read_text())
+
+
 def rows(ws: Workspace, *parts: str) -> list[dict[str, Any]]:
     table: list[dict[str, Any]] = (
         deltalake.DeltaTable(str(ws.root.joinpath("warehouse", *parts)))
@@ -125,23 +138,39 @@ def clean(log: str) -> None:
     assert not re.search(r"\bERROR\b", log), log[-4000:]
 
 
-@pytest.mark.parametrize(
-    ("name", "delivery"),
-    [
-        ("SIGTERM", "process"),  # Kubernetes, `docker stop`: PID 1 only
-        ("SIGTERM", "group"),  # systemd's KillMode=control-group, `kill -TERM -<pgid>`
-        # Ctrl-C in a terminal (SIGINT to the foreground process group): pressed twice, in
-        # the second-signal case below — a cold `cdc` process less than a case of its own here.
-    ],
-)
-def test_a_stop_signal_lets_the_running_batch_finish_and_exits_0(
-    spark: SparkSession, ws: Workspace, name: str, delivery: str
-) -> None:
-    """Sent to the whole process group, the signal reaches the driver JVM too: it ignores it
-    (``runtime.session``), and the stop is the driver's, as when only the driver is signalled."""
-    pause = 8.0
+FINISHING = {
+    "SIGTERM to the process": ("SIGTERM", "process"),  # Kubernetes, `docker stop`: PID 1 only
+    "SIGTERM to the group": (
+        "SIGTERM",
+        "group",
+    ),  # systemd's KillMode=control-group, `kill -TERM -<pgid>`
+    # Ctrl-C in a terminal (SIGINT to the foreground process group): pressed twice, in the
+    # second-signal case below — a cold `cdc` process less than a case of its own here.
+}
+"""The stops that let the running batch finish: the signal and whom it is sent to."""
+FINISH_PAUSE = 8.0
+"""The finishing cases' batch pause: the signal comes while it lasts."""
+CUT_PAUSE = 120.0
+"""The cut cases' batch pause: far longer than their stop may take."""
+CUTTING = ("grace period", "second signal")
+
+
+@dataclass
+class Stopped:
+    """A ``cdc run`` stopped by a signal while its batch 0 was paused: its config and
+    workspace, its exit code, the seconds from the (first) signal to its exit, its output."""
+
+    ws: Workspace
+    cfg: AppConfig
+    pid: int
+    code: int
+    seconds: float
+    output: str
+
+
+def _stop_finishing(ws: Workspace, name: str, delivery: str) -> Stopped:
     cfg = prepare(ws, grace=300)
-    process, log = start(ws, pause)
+    process, log = start(ws, FINISH_PAUSE)
     sig = signal.Signals[name]
     try:
         sent = time.monotonic()
@@ -152,38 +181,13 @@ def test_a_stop_signal_lets_the_running_batch_finish_and_exits_0(
         code, seconds = ended(process, sent)
     finally:
         kill_group(process)
-    output = log.read_text()
-    assert code == 0, output[-4000:]
-    assert seconds < pause + MARGIN, seconds  # the batch's pause, not the 300 s grace period
-    assert f"{name}: waiting up to 300 s for batch 0 to finish" in output, output[-4000:]
-    stops = re.findall(rf"stopping on {name}: .*", output)
-    assert len(stops) == 1, output[-4000:]
-    assert re.fullmatch(rf"stopping on {name}: batch 0 finished, [0-9.]+ s", stops[0]), stops
-    assert "batch 0: 1 transactions (COMMITTED 1)" in output
-    clean(output)
-    # The batch finished before the process ended: committed once, nothing left to replay.
-    assert outcome_rows(ws) == [("tx-1", "COMMITTED", 0)]
-    assert ledger_rows(ws) == [("tx-1", 0)]
-    assert dog_rows(ws) == [("dog1", 1, "Rex")]
-    assert restart(spark, cfg) == []  # Spark's checkpoint has batch 0 done
-    assert outcome_rows(ws) == [("tx-1", "COMMITTED", 0)]
-    assert ledger_rows(ws) == [("tx-1", 0)]
-    assert history_rows(ws) == [("dog1", 1, "i")]
+    return Stopped(ws, cfg, process.pid, code, seconds, log.read_text())
 
 
-@pytest.mark.parametrize("how", ["grace period", "second signal"])
-def test_a_batch_that_cannot_finish_is_left_to_the_replay_and_the_job_still_exits_0(
-    spark: SparkSession, ws: Workspace, how: str
-) -> None:
-    """``grace period``: SIGTERM to the Python process, a 3 s grace period. ``second signal``:
-    Ctrl-C pressed twice in a terminal — SIGINT to the whole process group, twice: the driver
-    JVM ignores both (``runtime.session``), the driver stops on the first and hurries on the
-    second."""
-    pause = 120.0
+def _stop_cutting(ws: Workspace, how: str) -> Stopped:
     grace = 3 if how == "grace period" else 300
-    name = "SIGTERM" if how == "grace period" else "SIGINT"
     cfg = prepare(ws, grace=grace)
-    process, log = start(ws, pause)
+    process, log = start(ws, CUT_PAUSE)
     try:
         sent = time.monotonic()
         if how == "grace period":
@@ -201,24 +205,100 @@ def test_a_batch_that_cannot_finish_is_left_to_the_replay_and_the_job_still_exit
         code, seconds = ended(process, sent)
     finally:
         kill_group(process)
-    output = log.read_text()
-    assert code == 0, output[-4000:]
-    waited = grace if how == "grace period" else 0
-    assert seconds < waited + MARGIN < pause, seconds  # it did not wait for the batch
+    return Stopped(ws, cfg, process.pid, code, seconds, log.read_text())
+
+
+@pytest.fixture(scope="module")
+def stops(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Stopped | BaseException]:
+    """Every stopped ``cdc run`` of this module at once, each a cold process in a thread of its
+    own: a run mostly starts its JVM and then waits (its batch's pause, its stop), so side by
+    side the four take far less than one after another. The signal of each is sent when its own
+    batch is seen paused, and its stop timed from there. A scenario's failure is raised by its
+    own test; each test restarts its run's job in this process."""
+    scenarios: dict[str, Callable[[], Stopped]] = {
+        **{
+            case: partial(_stop_finishing, Workspace(tmp_path_factory.mktemp("finish")), *how)
+            for case, how in FINISHING.items()
+        },
+        **{
+            how: partial(_stop_cutting, Workspace(tmp_path_factory.mktemp("cut")), how)
+            for how in CUTTING
+        },
+    }
+    with ThreadPoolExecutor(len(scenarios)) as pool:
+        futures = {case: pool.submit(run) for case, run in scenarios.items()}
+    found: dict[str, Stopped | BaseException] = {}
+    for case, future in futures.items():
+        error = future.exception()
+        found[case] = error if error is not None else future.result()
+    return found
+
+
+def _taken(stops: dict[str, Stopped | BaseException], case: str) -> Stopped:
+    found = stops[case]
+    if isinstance(found, BaseException):
+        raise found
+    return found
+
+
+@pytest.mark.parametrize("case", list(FINISHING))
+def test_a_stop_signal_lets_the_running_batch_finish_and_exits_0(
+    spark: SparkSession, stops: dict[str, Stopped | BaseException], case: str
+) -> None:
+    """Sent to the whole process group, the signal reaches the driver JVM too: it ignores it
+    (``runtime.session``), and the stop is the driver's, as when only the driver is signalled."""
+    name, _ = FINISHING[case]
+    run = _taken(stops, case)
+    ws, output = run.ws, run.output
+    assert run.code == 0, output[-4000:]
+    assert run.seconds < FINISH_PAUSE + MARGIN, run.seconds  # the pause, not the 300 s grace
+    assert f"{name}: waiting up to 300 s for batch 0 to finish" in output, output[-4000:]
+    stops_logged = re.findall(rf"stopping on {name}: .*", output)
+    assert len(stops_logged) == 1, output[-4000:]
+    assert re.fullmatch(rf"stopping on {name}: batch 0 finished, [0-9.]+ s", stops_logged[0])
+    assert "batch 0: 1 transactions (COMMITTED 1)" in output
+    clean(output)
+    # The batch finished before the process ended: committed once, nothing left to replay.
+    assert outcome_rows(ws) == [("tx-1", "COMMITTED", 0)]
+    assert ledger_rows(ws) == [("tx-1", 0)]
+    assert dog_rows(ws) == [("dog1", 1, "Rex")]
+    # The lease given up at the stop: the next start need not wait for it to expire.
+    record = lease_record(ws)
+    assert record.holder.pid == run.pid and record.released, record
+    assert restart(spark, run.cfg) == []  # Spark's checkpoint has batch 0 done
+    assert outcome_rows(ws) == [("tx-1", "COMMITTED", 0)]
+    assert ledger_rows(ws) == [("tx-1", 0)]
+    assert history_rows(ws) == [("dog1", 1, "i")]
+
+
+@pytest.mark.parametrize("how", CUTTING)
+def test_a_batch_that_cannot_finish_is_left_to_the_replay_and_the_job_still_exits_0(
+    spark: SparkSession, stops: dict[str, Stopped | BaseException], how: str
+) -> None:
+    """``grace period``: SIGTERM to the Python process, a 3 s grace period. ``second signal``:
+    Ctrl-C pressed twice in a terminal — SIGINT to the whole process group, twice: the driver
+    JVM ignores both (``runtime.session``), the driver stops on the first and hurries on the
+    second."""
+    name = "SIGTERM" if how == "grace period" else "SIGINT"
+    run = _taken(stops, how)
+    ws, output = run.ws, run.output
+    assert run.code == 0, output[-4000:]
+    waited = 3 if how == "grace period" else 0
+    assert run.seconds < waited + MARGIN < CUT_PAUSE, run.seconds  # it did not wait for the batch
     ending = (
         "batch 0 left to the replay after the 3 s grace period"
         if how == "grace period"
         else r"batch 0 left to the replay on a second signal, [0-9.]+ s"
     )
-    stops = re.findall(rf"stopping on {name}: .*", output)
-    assert len(stops) == 1, output[-4000:]
-    assert re.fullmatch(f"stopping on {name}: {ending}", stops[0]), stops
+    stops_logged = re.findall(rf"stopping on {name}: .*", output)
+    assert len(stops_logged) == 1, output[-4000:]
+    assert re.fullmatch(f"stopping on {name}: {ending}", stops_logged[0]), stops_logged
     clean(output)
     # Cut after its tables, before its ledger: nothing recorded; the replay commits it once.
     assert dog_rows(ws) == [("dog1", 1, "Rex")]
     assert outcome_rows(ws) == []
     assert ledger_rows(ws) == []
-    assert restart(spark, cfg) == [0]
+    assert restart(spark, run.cfg) == [0]
     assert outcome_rows(ws) == [("tx-1", "COMMITTED", 0)]
     assert ledger_rows(ws) == [("tx-1", 0)]
     assert dog_rows(ws) == [("dog1", 1, "Rex")]

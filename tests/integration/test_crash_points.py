@@ -1,7 +1,7 @@
 """Kill the driver (SIGKILL) at each named crash point of a batch, check what it left behind,
 restart, and check that every transaction is applied exactly once and has exactly one outcome
-(docs/architecture.md, "Crashes"; streaming/core/faults.py). ``mid_upkeep``, after the batch:
-tests/integration/test_upkeep.py.
+(docs/architecture.md, "Crashes"; streaming/core/faults.py); and at ``mid_upkeep``, after a
+batch, in the middle of its upkeep (streaming/runtime/upkeep.py).
 
 The crash runs as users run the job — ``cdc run --once`` in a process of its own, killed by
 ``FAULT_CRASH_AT`` — over one batch of three requests: one writing two tables, one deleting, one
@@ -14,6 +14,7 @@ after a kill)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,7 +29,8 @@ from streaming.core.scd2 import intervals
 from streaming.runtime.job import Job
 from tests.support import Workspace, request
 from tests.support.cdc import cdc_env, run_cdc
-from tests.support.datasets import DOG_CAT, DOG_CAT_TABLES
+from tests.support.datasets import DOG, DOG_CAT, DOG_CAT_TABLES
+from tests.support.upkeep import committed_once, live_rows, table, transactions
 
 pytestmark = pytest.mark.spark
 
@@ -144,6 +146,8 @@ def check_left_behind(point: str, ws: Workspace) -> None:
 
 
 CRASHED = [p for p in POINTS if p != "mid_upkeep"]
+"""The points of a batch: each killed in the batch above. ``mid_upkeep`` has its own run."""
+UPKEEP_TRANSACTIONS = 4
 
 
 def _crash(ws: Workspace, point: str) -> subprocess.CompletedProcess[str]:
@@ -169,6 +173,31 @@ def _crash(ws: Workspace, point: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _crash_mid_upkeep(ws: Workspace) -> subprocess.CompletedProcess[str]:
+    """Four transactions, a batch each, tables compacted at two small files: ``cdc run --once``
+    in a process of its own, killed in the middle of batch 0's upkeep."""
+    ws.dataset("petstore", DOG)
+    transactions(ws, UPKEEP_TRANSACTIONS)
+    config: dict[str, Any] = {
+        "warehouse": "./warehouse",
+        "checkpoints": "./checkpoints",
+        "datasets": {"petstore": "petstore.yaml"},
+        "landing": {"transactions": "./landing/transactions", "max_files_per_trigger": 1},
+        "allowed_locations": ["./data"],
+        "spark": {"shuffle_partitions": 2},
+        "upkeep": {"compact_files": 2},
+    }
+    (ws.root / "cdc.yaml").write_text(json.dumps(config))  # YAML reads JSON
+    return run_cdc(
+        "run",
+        "--once",
+        "--config",
+        "cdc.yaml",
+        cwd=ws.root,
+        env=cdc_env({CRASH_ENV: "mid_upkeep"}, drop=[CRASH_ENV]),
+    )
+
+
 @pytest.fixture(scope="module")
 def crashed(
     tmp_path_factory: pytest.TempPathFactory,
@@ -176,10 +205,15 @@ def crashed(
     """Every point's killed run, three processes at a time: each is a cold JVM of its own whose
     compiling and waiting leave room for another (C1 only, ~1.1 cores each: tests/support/cdc.py),
     so side by side they take less time than one after another. Each test then checks its
-    point's workspace and restarts it."""
-    spaces = {point: Workspace(tmp_path_factory.mktemp(point)) for point in CRASHED}
+    point's workspace and restarts it. ``mid_upkeep``'s run is of its own, in the same pool."""
+    spaces = {point: Workspace(tmp_path_factory.mktemp(point)) for point in POINTS}
     with ThreadPoolExecutor(3) as pool:
-        runs = {point: pool.submit(_crash, ws, point) for point, ws in spaces.items()}
+        runs = {
+            point: pool.submit(_crash_mid_upkeep, ws)
+            if point == "mid_upkeep"
+            else pool.submit(_crash, ws, point)
+            for point, ws in spaces.items()
+        }
     return {point: (spaces[point], run.result()) for point, run in runs.items()}
 
 
@@ -206,3 +240,27 @@ def test_killed_at_a_crash_point_then_restarted_applies_everything_once(
     # Each table written by one commit (a replay skips a commit its batch made before the kill),
     # or none (Cat's tombstones: nothing deleted).
     assert versions(ws) == {**dict.fromkeys(TABLES, 1), "Cat tombstones": 0}
+
+
+def test_killed_in_the_middle_of_upkeep_then_restarted_applies_everything_once(
+    spark: SparkSession, crashed: dict[str, tuple[Workspace, subprocess.CompletedProcess[str]]]
+) -> None:
+    ws, run = crashed["mid_upkeep"]
+    assert run.returncode == -9, run.stderr[-2000:]
+    assert f"{CRASH_ENV}=mid_upkeep: killing the driver" in run.stderr, run.stderr[-2000:]
+    # Batch 0 appended two small files to several tables (one per shuffle partition): its
+    # upkeep compacted one of them (which one first is a tie), then the driver died with the
+    # batch's offsets not yet marked done.
+    compacted = re.search(r"upkeep: (?:compact|order) of (\S+) \(", run.stderr)
+    assert compacted is not None, run.stderr[-2000:]
+    assert batch_files(ws, "commits") == []
+    last = deltalake.DeltaTable(str(ws.root / "warehouse" / compacted[1])).history(limit=1)
+    assert "OPTIMIZE" in [c["operation"] for c in last]
+
+    Job.create(spark, load_config(ws.root / "cdc.yaml")).run(once=True)
+
+    committed_once(ws, UPKEEP_TRANSACTIONS)
+    # tx-02 deleted dog-00; dog-keep renamed by each upsert, last by tx-03
+    assert live_rows(ws) == {"dog-01": "Rex 1", "dog-03": "Rex 3", "dog-keep": "K3"}
+    history = table(ws, "history").to_pyarrow_table(columns=["id", "version"]).to_pylist()
+    assert len(history) == len({(r["id"], r["version"]) for r in history})

@@ -1,23 +1,28 @@
 """One runner per checkpoint (issue 37; streaming/runtime/lease.py): real ``cdc run`` processes on
 one config. Two started together: one runs, the other stops at startup with CHECKPOINT_HELD
-naming the first. One frozen (SIGSTOP) past its lease while another takes over: resumed, it stops
-before its next commit with LEASE_LOST. One killed (SIGKILL): its lease is taken over — at once
-on this machine, where its process is seen gone, after its expiry when its liveness cannot be
-seen. Whichever way they interleave, every transaction is committed exactly once: counted in rows
-of the outcomes table, the ledger and the history, not in keys.
+naming the first. The one that runs, killed (SIGKILL) in its batch: its lease is taken over — at
+once on this machine, where its process is seen gone, after its expiry when its liveness cannot
+be seen. One frozen (SIGSTOP) past its lease while another takes over: resumed, it stops before
+its next commit with LEASE_LOST. Whichever way they interleave, every transaction is committed
+exactly once: counted in rows of the outcomes table, the ledger and the history, not in keys.
 
-Short leases (``lease.duration`` 6 to 9 s) and a 1 s trigger keep the waits short; a cold ``cdc``
-process (a JVM of its own) costs 30 to 50 s here, so each test starts at most two."""
+Short leases (``lease.duration`` 6 or 8 s) and a 1 s trigger keep the waits short; a cold ``cdc``
+process (a JVM of its own) costs 15 to 50 s here, so the module starts three: the two started
+together (the runner of the two is the one killed) and the frozen one; the runners that take a
+checkpoint over are jobs in this process, on the shared session."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -131,13 +136,29 @@ def ended(process: subprocess.Popen[bytes], timeout: float = 300) -> int:
     return code
 
 
-def test_of_two_runners_started_together_one_runs_and_the_other_stops_at_startup(
-    ws: Workspace,
-) -> None:
-    prepare(ws, duration=9, renew=3)
-    first = start(ws, "first")
-    second = start(ws, "second")  # at once: both JVMs start side by side
-    runners = [first, second]
+@dataclass
+class Started:
+    """Two ``cdc run`` started together on one config: the one that stopped at startup (its exit
+    code and output) and the one that runs, its batch 0 paused after writing its tables."""
+
+    ws: Workspace
+    cfg: AppConfig
+    loser: subprocess.Popen[bytes]
+    loser_output: str
+    runner: subprocess.Popen[bytes]
+    runner_log: Path
+
+
+@pytest.fixture(scope="module")
+def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Started]:
+    """Two runners started at once on one workspace, both paused after their batch's tables
+    (``after_tables:300``): the one that gets the lease is left in its batch 0 — tables written,
+    ledger not — for the kill of the test after. Its JVM is killed at the end of the module at
+    the latest."""
+    ws = Workspace(tmp_path_factory.mktemp("runners"))
+    cfg = prepare(ws, duration=8, renew=2)
+    pause = {PAUSE_ENV: "after_tables:300"}
+    runners = [start(ws, "first", **pause), start(ws, "second", **pause)]  # JVMs side by side
     try:
         wait_until(
             "one runner to stop at startup",
@@ -145,105 +166,58 @@ def test_of_two_runners_started_together_one_runs_and_the_other_stops_at_startup
             timeout=300,
         )
         (loser,) = [r for r in runners if r[0].poll() is not None]
-        (winner,) = [r for r in runners if r is not loser]
-        out = loser[1].read_text()
-        assert loser[0].returncode == 2, out[-4000:]
-        held = re.search(
-            r"cdc: error \[CHECKPOINT_HELD\]: the checkpoint (\S+) is held by another runner: "
-            r"(\S+) pid (\d+) since (\S+) \(lease epoch 1, .*expires (\S+), in \d+ s\)",
-            out,
-        )
-        assert held, out[-4000:]
-        assert held[1] == str(ws.root / "checkpoints" / "cdc")
-        assert (held[2], int(held[3])) == (socket.gethostname(), winner[0].pid)
-        since, expires = datetime.fromisoformat(held[4]), datetime.fromisoformat(held[5])
-        assert since <= datetime.now(UTC) and since < expires
-        assert "query cdc started" not in out  # refused before it created or read anything
-        clean(out.replace(held[0], ""))
+        (runner,) = [r for r in runners if r is not loser]
+        pausing = f"{PAUSE_ENV}=after_tables: pausing"
         wait_until(
-            "the runner to commit the transactions",
-            lambda: committed(ws) >= len(TRANSACTIONS),
-            winner[0],
-            winner[1],
+            "batch 0 to write its tables",
+            lambda: pausing in runner[1].read_text(),
+            runner[0],
+            runner[1],
         )
-        assert held_by(ws, winner[0].pid)
-        os.kill(winner[0].pid, signal.SIGTERM)
-        assert ended(winner[0]) == 0, winner[1].read_text()[-4000:]
+        yield Started(ws, cfg, loser[0], loser[1].read_text(), runner[0], runner[1])
     finally:
         for process, _ in runners:
             kill_group(process)
-    clean(winner[1].read_text())
-    assert_exactly_once(ws)
-    record = lease_record(ws)  # released at the clean stop: the next start need not wait
-    assert record.holder.pid == winner[0].pid and record.released
 
 
-def test_a_runner_frozen_past_its_lease_stops_before_its_next_commit_when_resumed(
-    ws: Workspace,
+def test_of_two_runners_started_together_one_runs_and_the_other_stops_at_startup(
+    started: Started,
 ) -> None:
-    """The first runner is frozen (SIGSTOP, with its JVM) in batch 0 — planned, nothing written —
-    past its lease; a second runner takes the checkpoint over and commits batch 0; the first,
-    resumed, must not commit it again: it stops at the fence with LEASE_LOST."""
-    prepare(ws, duration=6, renew=2)
-    frozen, frozen_log = start(ws, "frozen", **{PAUSE_ENV: "before_first_commit:4"})
-    try:
-        pausing = f"{PAUSE_ENV}=before_first_commit: pausing"
-        wait_until("batch 0 to be planned", lambda: pausing in frozen_log.read_text(), frozen)
-        os.killpg(frozen.pid, signal.SIGSTOP)  # the driver and its JVM, as a paused VM
-        frozen_record = lease_record(ws)
-        assert frozen_record.holder.pid == frozen.pid
-        # Expired: by its own clock, the frozen runner can no longer tell it still holds it.
-        wait_until(
-            "the frozen runner's lease to expire",
-            lambda: lease_record(ws).expired(datetime.now(UTC)),
-            timeout=60,
-        )
-        taker, taker_log = start(ws, "taker", "--once")
-        assert ended(taker) == 0, taker_log.read_text()[-4000:]
-        taken = taker_log.read_text()
-        assert "batch 0: 3 transactions (COMMITTED 3)" in taken, taken[-4000:]
-        clean(taken)
-        assert_exactly_once(ws)
-        record = lease_record(ws)
-        assert (record.holder.pid, record.epoch) == (taker.pid, frozen_record.epoch + 1)
-        os.killpg(frozen.pid, signal.SIGCONT)
-        code = ended(frozen)
-    finally:
-        kill_group(frozen)
-    out = frozen_log.read_text()
-    resumed = out[out.index(pausing) :]
-    assert code == 2, out[-4000:]
-    lost = re.search(
-        r"cdc: error \[LEASE_LOST\]: this runner \((\S+) pid (\d+), lease epoch (\d+)\) lost its "
-        r"lease .*: it was not renewed for \d+ s \(lease.duration 6 s\), and another runner took "
-        r"it; it is held by (\S+) pid (\d+) since",
-        resumed,
+    """The one that runs holds the lease and is in its batch 0 (which the next test kills); a
+    lease given up at a clean stop: tests/integration/test_clean_stop.py."""
+    ws, out = started.ws, started.loser_output
+    assert started.loser.returncode == 2, out[-4000:]
+    held = re.search(
+        r"cdc: error \[CHECKPOINT_HELD\]: the checkpoint (\S+) is held by another runner: "
+        r"(\S+) pid (\d+) since (\S+) \(lease epoch 1, .*expires (\S+), in \d+ s\)",
+        out,
     )
-    assert lost, out[-4000:]
-    assert (int(lost[2]), int(lost[3])) == (frozen.pid, frozen_record.epoch)
-    assert int(lost[5]) == taker.pid
-    assert "batch 0 stopped before its next commit: the lease was lost" in resumed, out[-4000:]
-    assert not re.search(r"batch 0: \d+ transactions", resumed), out[-4000:]  # not run to its end
-    assert "stopping on LEASE_LOST: no batch running" in resumed, out[-4000:]
-    clean(out.replace(lost[0], ""))
-    assert_exactly_once(ws)  # nothing committed twice, nothing lost
+    assert held, out[-4000:]
+    assert held[1] == str(ws.root / "checkpoints" / "cdc")
+    assert (held[2], int(held[3])) == (socket.gethostname(), started.runner.pid)
+    since, expires = datetime.fromisoformat(held[4]), datetime.fromisoformat(held[5])
+    assert since <= datetime.now(UTC) and since < expires
+    assert "query cdc started" not in out  # refused before it created or read anything
+    clean(out.replace(held[0], ""))
+    assert started.runner.poll() is None, started.runner_log.read_text()[-4000:]
+    assert held_by(ws, started.runner.pid)
+    assert lease_record(ws).epoch == 1
+    clean(started.runner_log.read_text())
 
 
 def test_a_killed_runners_lease_is_taken_over_once_it_is_known_gone_or_expired(
-    spark: SparkSession, ws: Workspace
+    spark: SparkSession, started: Started
 ) -> None:
-    """A runner killed (SIGKILL) in the middle of batch 0, its tables written, its ledger not.
+    """The runner of the test above, killed (SIGKILL) in the middle of batch 0, its tables
+    written, its ledger not.
     Seen from this machine its process is gone: the checkpoint is free at once. As a runner on
     another machine (its record's node changed) it is not known gone: the checkpoint is held until
     its lease expires, and then taken over; the replay commits everything once."""
-    cfg = prepare(ws, duration=8, renew=2)
-    killed, log = start(ws, "killed", **{PAUSE_ENV: "after_tables:300"})
-    try:
-        pausing = f"{PAUSE_ENV}=after_tables: pausing"
-        wait_until("batch 0 to write its tables", lambda: pausing in log.read_text(), killed)
-        assert held_by(ws, killed.pid)
-    finally:
-        kill_group(killed)  # the driver and its JVM: SIGKILL, no clean-up
+    ws, cfg, killed = started.ws, started.cfg, started.runner
+    pausing = f"{PAUSE_ENV}=after_tables: pausing"
+    assert pausing in started.runner_log.read_text()  # in batch 0, its tables written
+    assert held_by(ws, killed.pid)
+    kill_group(killed)  # the driver and its JVM: SIGKILL, no clean-up
     record = lease_record(ws)
     assert not record.released
     me = this_process()
@@ -284,3 +258,62 @@ def test_a_killed_runners_lease_is_taken_over_once_it_is_known_gone_or_expired(
     assert datetime.now(UTC) < fresh.expires  # not waited for
     again.run(once=True)
     assert_exactly_once(ws)
+
+
+def test_a_runner_frozen_past_its_lease_stops_before_its_next_commit_when_resumed(
+    spark: SparkSession, ws: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first runner is frozen (SIGSTOP, with its JVM) in batch 0 — planned, nothing written —
+    past its lease; a second runner takes the checkpoint over and commits batch 0; the first,
+    resumed, must not commit it again: it stops at the fence with LEASE_LOST. The second runner
+    is a job in this process, on the shared session: a runner of its own pid that takes the lease
+    as a ``cdc run --once`` would (``Job.create``), without a cold JVM of its own."""
+    caplog.set_level(logging.INFO, logger="streaming")
+    cfg = prepare(ws, duration=6, renew=2)
+    frozen, frozen_log = start(ws, "frozen", **{PAUSE_ENV: "before_first_commit:4"})
+    try:
+        pausing = f"{PAUSE_ENV}=before_first_commit: pausing"
+        wait_until("batch 0 to be planned", lambda: pausing in frozen_log.read_text(), frozen)
+        os.killpg(frozen.pid, signal.SIGSTOP)  # the driver and its JVM, as a paused VM
+        frozen_record = lease_record(ws)
+        assert frozen_record.holder.pid == frozen.pid
+        # Expired: by its own clock, the frozen runner can no longer tell it still holds it.
+        wait_until(
+            "the frozen runner's lease to expire",
+            lambda: lease_record(ws).expired(datetime.now(UTC)),
+            timeout=60,
+        )
+        taker = Job.create(spark, cfg)
+        assert taker.lease is not None and taker.lease.mine is not None
+        assert (taker.lease.mine.holder, taker.lease.mine.epoch) == (
+            this_process(),
+            frozen_record.epoch + 1,
+        )
+        assert taker.run(once=True) is None
+        assert [int(str(e["batchId"])) for e in taker.sink.history] == [0]
+        assert "batch 0: 3 transactions (COMMITTED 3)" in caplog.text, caplog.text[-4000:]
+        assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+        assert_exactly_once(ws)
+        record = lease_record(ws)
+        assert (record.holder.pid, record.epoch) == (os.getpid(), frozen_record.epoch + 1)
+        os.killpg(frozen.pid, signal.SIGCONT)
+        code = ended(frozen)
+    finally:
+        kill_group(frozen)
+    out = frozen_log.read_text()
+    resumed = out[out.index(pausing) :]
+    assert code == 2, out[-4000:]
+    lost = re.search(
+        r"cdc: error \[LEASE_LOST\]: this runner \((\S+) pid (\d+), lease epoch (\d+)\) lost its "
+        r"lease .*: it was not renewed for \d+ s \(lease.duration 6 s\), and another runner took "
+        r"it; it is held by (\S+) pid (\d+) since",
+        resumed,
+    )
+    assert lost, out[-4000:]
+    assert (int(lost[2]), int(lost[3])) == (frozen.pid, frozen_record.epoch)
+    assert int(lost[5]) == os.getpid()
+    assert "batch 0 stopped before its next commit: the lease was lost" in resumed, out[-4000:]
+    assert not re.search(r"batch 0: \d+ transactions", resumed), out[-4000:]  # not run to its end
+    assert "stopping on LEASE_LOST: no batch running" in resumed, out[-4000:]
+    clean(out.replace(lost[0], ""))
+    assert_exactly_once(ws)  # nothing committed twice, nothing lost

@@ -1,100 +1,50 @@
 """Table upkeep inside the job (``upkeep:``; streaming/runtime/upkeep.py), on real Spark and
 Delta, every table read back with delta-rs (the independent reader): small files compacted as
 they gather while every transaction is applied once; a current table whose rows came in random
-id order clustered at its first write; retention properties and VACUUM; a driver killed in the
-middle of upkeep, restarted, applying everything once."""
+id order clustered at its first write; retention properties and VACUUM. A driver killed in the
+middle of upkeep, restarted, applying everything once: tests/integration/test_crash_points.py,
+whose killed processes run side by side."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import re
-from pathlib import Path
-from typing import Any
 
 import deltalake
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from streaming.core.config import load_config
-from streaming.core.faults import CRASH_ENV
 from streaming.core.upkeep import overlap_depth
 from streaming.runtime.job import Job
 from streaming.runtime.upkeep import retention_properties
 from tests.support import Workspace, request, upsert
-from tests.support.cdc import cdc_env, run_cdc
 from tests.support.datasets import DOG
+from tests.support.upkeep import TABLES, committed_once, live_rows, table, transactions
 
 pytestmark = pytest.mark.spark
-
-TABLES = {
-    "current": ("petstore", "petstore", "Dog"),
-    "history": ("petstore", "_history", "petstore", "Dog"),
-    "tombstones": ("petstore", "_tombstones", "petstore", "Dog"),
-    "ledger": ("_system", "transactions"),
-    "outcomes": ("_system", "outcomes"),
-    "quarantine": ("_system", "quarantine"),
-}
-
-
-def table(ws: Workspace, name: str) -> deltalake.DeltaTable:
-    return deltalake.DeltaTable(str(ws.root.joinpath("warehouse", *TABLES[name])))
-
-
-def transactions(ws: Workspace, count: int) -> dict[str, str | None]:
-    """``count`` landing files of one transaction each: upserts of two dogs (one new, one
-    renamed), every third a delete of an earlier dog. The dogs' expected names (None: deleted)."""
-    expected: dict[str, str | None] = {}
-    for n in range(count):
-        tid = f"tx-{n:02d}"
-        if n % 3 == 2:
-            ws.data(f"{tid}/petstore/Dog/part.json", {"id": f"dog-{n - 2:02d}"})
-            action = {"operation": "DELETE", "locationUri": f"./data/{tid}", "format": "JSON"}
-            expected[f"dog-{n - 2:02d}"] = None
-        else:
-            rows = [{"id": f"dog-{n:02d}", "name": f"Rex {n}"}, {"id": "dog-keep", "name": f"K{n}"}]
-            ws.data(f"{tid}/petstore/Dog/part.json", *rows)
-            action = upsert(f"./data/{tid}")
-            expected.update({r["id"]: r["name"] for r in rows})
-        ws.requests(request(tid, action))
-    return expected
-
-
-def live_rows(ws: Workspace) -> dict[str, str]:
-    rows = table(ws, "current").to_pyarrow_table(columns=["id", "name"]).to_pylist()
-    return {r["id"]: r["name"] for r in rows}
-
-
-def committed_once(ws: Workspace, count: int) -> None:
-    outcomes = table(ws, "outcomes").to_pyarrow_table().to_pylist()
-    assert sorted((o["transaction_id"], o["status"]) for o in outcomes) == [
-        (f"tx-{n:02d}", "COMMITTED") for n in range(count)
-    ]
-    ledger = table(ws, "ledger").to_pyarrow_table(columns=["transaction_id"]).to_pylist()
-    assert sorted(r["transaction_id"] for r in ledger) == [f"tx-{n:02d}" for n in range(count)]
 
 
 def test_the_job_compacts_each_table_as_its_small_files_gather_and_applies_everything_once(
     spark: SparkSession, ws: Workspace
 ) -> None:
     ws.dataset("petstore", DOG)
-    expected = transactions(ws, 9)
+    expected = transactions(ws, 9, per_file=3)
     cfg = ws.config(
         landing={"transactions": "./landing/transactions", "max_files_per_trigger": 1},
         upkeep={"compact_files": 3, "budget": "10 minutes"},
     )
     job = Job.create(spark, cfg)
-    job.run(once=True)  # nine batches, one transaction each
+    job.run(once=True)  # three batches of three transactions, each with one delete
 
     committed_once(ws, 9)
     assert live_rows(ws) == {k: v for k, v in expected.items() if v is not None}
     for name in ("current", "history", "tombstones", "ledger", "outcomes"):
         found = table(ws, name)
         operations = [c["operation"] for c in found.history()]
-        # nine batches appended to each table (the tombstones: three): without upkeep as many
-        # files. The current table's MERGEs rewrite the file of the dog every batch renames.
+        # three batches appended (one or two files each, one per shuffle partition) to each
+        # table, the tombstones too (one delete a batch): without upkeep as many files, three
+        # or more. The current table's MERGEs rewrite the file of the dog every batch renames.
         assert name == "current" or "OPTIMIZE" in operations, (name, operations)
         # compacted whenever a third small file came: never three left after a batch
         assert len(found.file_uris()) <= 2, (name, found.file_uris())
@@ -119,7 +69,8 @@ def test_compacting_a_tombstones_table_drops_the_rows_no_reader_needs(
     spark: SparkSession, ws: Workspace
 ) -> None:
     """Rex is deleted, re-inserted and deleted again (two tombstones: the first superseded);
-    Fido is deleted and re-inserted (live again: his tombstone superseded by his row)."""
+    Fido is deleted and re-inserted (live again: his tombstone superseded by his row). Three
+    batches, each appending one tombstone: rex's first, fido's, rex's second."""
     ws.dataset("petstore", DOG)
     steps = [
         ("upsert", {"id": "rex", "name": "Rex"}),
@@ -130,6 +81,7 @@ def test_compacting_a_tombstones_table_drops_the_rows_no_reader_needs(
         ("upsert", {"id": "fido", "name": "Fido II"}),
         ("delete", {"id": "rex"}),
     ]
+    lines = []
     for n, (kind, row) in enumerate(steps):
         tid = f"tx-{n:02d}"
         ws.data(f"{tid}/petstore/Dog/part.json", row)
@@ -138,7 +90,9 @@ def test_compacting_a_tombstones_table_drops_the_rows_no_reader_needs(
             if kind == "upsert"
             else {"operation": "DELETE", "locationUri": f"./data/{tid}", "format": "JSON"}
         )
-        ws.requests(request(tid, action))
+        lines.append(request(tid, action))
+    for batch in ((0, 1, 2), (3,), (4, 5, 6)):  # a landing file each: a batch each
+        ws.requests(*(lines[n] for n in batch))
     landing = {"transactions": "./landing/transactions", "max_files_per_trigger": 1}
     upkeep = {"compact_files": 3, "budget": "10 minutes"}
     Job.create(spark, ws.config(landing=landing, upkeep=upkeep)).run(once=True)
@@ -180,19 +134,19 @@ def test_a_current_table_written_in_random_id_order_is_clustered_at_its_first_wr
     ws.dataset("petstore", DOG)
     ids = [f"{n:04d}" for n in range(600)]
     random.Random(7).shuffle(ids)
-    for n in range(6):  # six batches of 100 ids from all over the range: six wide files
-        rows = [{"id": i, "name": f"dog {i}"} for i in ids[n * 100 : (n + 1) * 100]]
+    for n in range(3):  # three batches of 200 ids from all over the range: three wide files
+        rows = [{"id": i, "name": f"dog {i}"} for i in ids[n * 200 : (n + 1) * 200]]
         ws.data(f"load-{n}/petstore/Dog/part.json", *rows)
         ws.requests(request(f"load-{n}", upsert(f"./data/load-{n}")))
     landing = {"transactions": "./landing/transactions", "max_files_per_trigger": 1}
     Job.create(spark, ws.config(landing=landing, upkeep={"enabled": False})).run(once=True)
     path = str(ws.root.joinpath("warehouse", *TABLES["current"]))
-    assert overlap_depth(_id_ranges(path)) == 6  # every file may hold any id
+    assert overlap_depth(_id_ranges(path)) == 3  # every file may hold any id
 
     ws.data("more/petstore/Dog/part.json", {"id": "0001", "name": "renamed"})
     ws.requests(request("more", upsert("./data/more")))
-    # The next job's first write looks at the table's order (a depth of 6 ≥ 3) and clusters it.
-    Job.create(spark, ws.config(landing=landing, upkeep={"order_depth": 3})).run(once=True)
+    # The next job's first write looks at the table's order (a depth of 3 ≥ 2) and clusters it.
+    Job.create(spark, ws.config(landing=landing, upkeep={"order_depth": 2})).run(once=True)
 
     found = deltalake.DeltaTable(path)
     assert "OPTIMIZE" in [c["operation"] for c in found.history(limit=2)]
@@ -229,45 +183,3 @@ def test_upkeep_sets_retention_on_older_tables_and_vacuums_on_its_period(
     operations = [c["operation"] for c in table(ws, "ledger").history()]
     assert "VACUUM END" in operations, operations
     committed_once(ws, 1 + transactions_after)
-
-
-def test_killed_in_the_middle_of_upkeep_then_restarted_applies_everything_once(
-    spark: SparkSession, ws: Workspace
-) -> None:
-    ws.dataset("petstore", DOG)
-    expected = transactions(ws, 4)
-    config: dict[str, Any] = {
-        "warehouse": "./warehouse",
-        "checkpoints": "./checkpoints",
-        "datasets": {"petstore": "petstore.yaml"},
-        "landing": {"transactions": "./landing/transactions", "max_files_per_trigger": 1},
-        "allowed_locations": ["./data"],
-        "spark": {"shuffle_partitions": 2},
-        "upkeep": {"compact_files": 2},
-    }
-    (ws.root / "cdc.yaml").write_text(json.dumps(config))  # YAML reads JSON
-    crashed = run_cdc(
-        "run",
-        "--once",
-        "--config",
-        "cdc.yaml",
-        cwd=ws.root,
-        env=cdc_env({CRASH_ENV: "mid_upkeep"}, drop=[CRASH_ENV]),
-    )
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
-    # Batch 0 appended two small files to several tables (one per shuffle partition): its
-    # upkeep compacted one of them (which one first is a tie), then the driver died with the
-    # batch's offsets not yet marked done.
-    compacted = re.search(r"upkeep: (?:compact|order) of (\S+) \(", crashed.stderr)
-    assert compacted is not None, crashed.stderr[-2000:]
-    done = sorted(Path(ws.root, "checkpoints", "cdc", "commits").glob("[0-9]*"))
-    assert [p.name for p in done] == []
-    last = deltalake.DeltaTable(str(ws.root / "warehouse" / compacted[1])).history(limit=1)
-    assert "OPTIMIZE" in [c["operation"] for c in last]
-
-    Job.create(spark, load_config(ws.root / "cdc.yaml")).run(once=True)
-
-    committed_once(ws, 4)
-    assert live_rows(ws) == {k: v for k, v in expected.items() if v is not None}
-    history = table(ws, "history").to_pyarrow_table(columns=["id", "version"]).to_pylist()
-    assert len(history) == len({(r["id"], r["version"]) for r in history})
