@@ -66,9 +66,7 @@ def report_progress(
                 o.error.message,
             )
     written = ("inserted", "updated", "deleted")
-    rows = sum(
-        n for counts, _ in applied.loads.values() for e, n in counts.items() if e in written
-    )
+    rows = sum(n for counts, _ in applied.loads.values() for e, n in counts.items() if e in written)
     tables = len({v for o in outcomes for v in o.table_versions})
     entry: dict[str, object] = {
         "batchId": batch_id,
