@@ -164,6 +164,7 @@ test-unit: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check streaming connectors tests bench
+	$(VENV)/bin/ruff format --check streaming connectors tests bench docs
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
