@@ -8,8 +8,8 @@ import json
 import signal
 import subprocess
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import deltalake
@@ -22,6 +22,7 @@ from tests.support import Workspace
 from tests.support.cdc import cdc_env, run_cdc
 from tests.support.datasets import SHOP
 from tests.support.debezium import Topics, send
+from tests.support.side_by_side import side_by_side, taken
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -208,22 +209,17 @@ def _crash(ws: Workspace, broker: Any, point: str) -> Crashed:
 def crashes(
     tmp_path_factory: pytest.TempPathFactory, kafka_broker: object
 ) -> dict[str, Crashed | BaseException]:
-    """Each crash point's killed ``cdc run --once``, side by side in threads of their own: each
-    is a cold process (a JVM of its own) on a workspace and topics of its own, and much of its
-    time is spent waiting (on its JVM's start, on Kafka), so together they take less time than
-    one after another. A run's failure is raised by its own test."""
-    with ThreadPoolExecutor(len(CRASH_POINTS)) as pool:
-        futures = {
-            point: pool.submit(
-                _crash, Workspace(tmp_path_factory.mktemp(point)), kafka_broker, point
-            )
+    """Each crash point's killed ``cdc run --once``, side by side in threads of their own
+    (``tests.support.side_by_side``), each a cold process on a workspace and topics of its own.
+    On 2 cores this saves nothing measurable (each cold run is CPU to its crash point: 130 s
+    for the module one after another, 139 s side by side, one clean-clone run each); it takes
+    less where there are cores to spare. A run's failure is raised by its own test."""
+    return side_by_side(
+        {
+            point: partial(_crash, Workspace(tmp_path_factory.mktemp(point)), kafka_broker, point)
             for point in CRASH_POINTS
         }
-    found: dict[str, Crashed | BaseException] = {}
-    for point, future in futures.items():
-        error = future.exception()
-        found[point] = error if error is not None else future.result()
-    return found
+    )
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
@@ -238,9 +234,7 @@ def test_a_crash_with_a_source_transaction_half_read_applies_each_once(
     one apply each source transaction once, whole. The restart runs in this process, on the
     shared session, as tests/integration/test_crash_points.py's do: a new job on the same config,
     checkpoint and warehouse, nothing of the killed process left but what it wrote."""
-    found = crashes[point]
-    if isinstance(found, BaseException):
-        raise found
+    found = taken(crashes, point)
     ws, cfg, prefix, topics, crashed = found.ws, found.cfg, found.prefix, found.topics, found.run
     bootstrap: str = kafka_broker.bootstrap  # type: ignore[attr-defined]
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]

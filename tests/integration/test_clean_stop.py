@@ -17,7 +17,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -36,6 +35,7 @@ from streaming.runtime.stopping import StopRequested
 from tests.support import Workspace, request, upsert
 from tests.support.cdc import cdc_env, kill_group, start_cdc, wait_until
 from tests.support.datasets import DOG
+from tests.support.side_by_side import side_by_side, taken
 
 pytestmark = pytest.mark.spark
 
@@ -225,20 +225,7 @@ def stops(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Stopped | BaseE
             for how in CUTTING
         },
     }
-    with ThreadPoolExecutor(len(scenarios)) as pool:
-        futures = {case: pool.submit(run) for case, run in scenarios.items()}
-    found: dict[str, Stopped | BaseException] = {}
-    for case, future in futures.items():
-        error = future.exception()
-        found[case] = error if error is not None else future.result()
-    return found
-
-
-def _taken(stops: dict[str, Stopped | BaseException], case: str) -> Stopped:
-    found = stops[case]
-    if isinstance(found, BaseException):
-        raise found
-    return found
+    return side_by_side(scenarios)
 
 
 @pytest.mark.parametrize("case", list(FINISHING))
@@ -248,7 +235,7 @@ def test_a_stop_signal_lets_the_running_batch_finish_and_exits_0(
     """Sent to the whole process group, the signal reaches the driver JVM too: it ignores it
     (``runtime.session``), and the stop is the driver's, as when only the driver is signalled."""
     name, _ = FINISHING[case]
-    run = _taken(stops, case)
+    run = taken(stops, case)
     ws, output = run.ws, run.output
     assert run.code == 0, output[-4000:]
     assert run.seconds < FINISH_PAUSE + MARGIN, run.seconds  # the pause, not the 300 s grace
@@ -280,7 +267,7 @@ def test_a_batch_that_cannot_finish_is_left_to_the_replay_and_the_job_still_exit
     JVM ignores both (``runtime.session``), the driver stops on the first and hurries on the
     second."""
     name = "SIGTERM" if how == "grace period" else "SIGINT"
-    run = _taken(stops, how)
+    run = taken(stops, how)
     ws, output = run.ws, run.output
     assert run.code == 0, output[-4000:]
     waited = 3 if how == "grace period" else 0

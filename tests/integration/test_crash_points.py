@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import deltalake
@@ -30,6 +31,7 @@ from streaming.runtime.job import Job
 from tests.support import Workspace, request
 from tests.support.cdc import cdc_env, run_cdc
 from tests.support.datasets import DOG, DOG_CAT, DOG_CAT_TABLES
+from tests.support.side_by_side import side_by_side, taken
 from tests.support.upkeep import committed_once, live_rows, table, transactions
 
 pytestmark = pytest.mark.spark
@@ -150,7 +152,18 @@ CRASHED = [p for p in POINTS if p != "mid_upkeep"]
 UPKEEP_TRANSACTIONS = 4
 
 
-def _crash(ws: Workspace, point: str) -> subprocess.CompletedProcess[str]:
+Killed = tuple[Workspace, subprocess.CompletedProcess[str]]
+"""A killed run's workspace and its process's exit and output."""
+
+
+def _killed_at(ws: Workspace, point: str) -> Killed:
+    """``cdc run --once`` on the workspace's ``cdc.yaml``, in a process of its own, killed at
+    ``point``."""
+    env = cdc_env({CRASH_ENV: point}, drop=[CRASH_ENV])
+    return ws, run_cdc("run", "--once", "--config", "cdc.yaml", cwd=ws.root, env=env)
+
+
+def _crash(ws: Workspace, point: str) -> Killed:
     """The workspace's batch run by ``cdc run --once`` in a process of its own, killed at
     ``point``."""
     ws.dataset("petstore", DATASET)
@@ -163,17 +176,10 @@ def _crash(ws: Workspace, point: str) -> subprocess.CompletedProcess[str]:
     upsert = {"operation": "UPSERT", "locationUri": "./data/one", "format": "JSON"}
     delete = {"operation": "DELETE", "locationUri": "./data/two", "format": "JSON"}
     ws.requests(request("tx-1", upsert), request("tx-2", delete), '{"transactionId": "tx-3", ')
-    return run_cdc(
-        "run",
-        "--once",
-        "--config",
-        "cdc.yaml",
-        cwd=ws.root,
-        env=cdc_env({CRASH_ENV: point}, drop=[CRASH_ENV]),
-    )
+    return _killed_at(ws, point)
 
 
-def _crash_mid_upkeep(ws: Workspace) -> subprocess.CompletedProcess[str]:
+def _crash_mid_upkeep(ws: Workspace) -> Killed:
     """Four transactions, a batch each, tables compacted at two small files: ``cdc run --once``
     in a process of its own, killed in the middle of batch 0's upkeep."""
     ws.dataset("petstore", DOG)
@@ -188,42 +194,33 @@ def _crash_mid_upkeep(ws: Workspace) -> subprocess.CompletedProcess[str]:
         "upkeep": {"compact_files": 2},
     }
     (ws.root / "cdc.yaml").write_text(json.dumps(config))  # YAML reads JSON
-    return run_cdc(
-        "run",
-        "--once",
-        "--config",
-        "cdc.yaml",
-        cwd=ws.root,
-        env=cdc_env({CRASH_ENV: "mid_upkeep"}, drop=[CRASH_ENV]),
-    )
+    return _killed_at(ws, "mid_upkeep")
 
 
 @pytest.fixture(scope="module")
-def crashed(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> dict[str, tuple[Workspace, subprocess.CompletedProcess[str]]]:
-    """Every point's killed run, three processes at a time: each is a cold JVM of its own whose
-    compiling and waiting leave room for another (C1 only, ~1.1 cores each: tests/support/cdc.py),
-    so side by side they take less time than one after another. Each test then checks its
-    point's workspace and restarts it. ``mid_upkeep``'s run is of its own, in the same pool."""
-    spaces = {point: Workspace(tmp_path_factory.mktemp(point)) for point in POINTS}
-    with ThreadPoolExecutor(3) as pool:
-        runs = {
-            point: pool.submit(_crash_mid_upkeep, ws)
-            if point == "mid_upkeep"
-            else pool.submit(_crash, ws, point)
-            for point, ws in spaces.items()
-        }
-    return {point: (spaces[point], run.result()) for point, run in runs.items()}
+def crashed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Killed | BaseException]:
+    """Every point's killed run, three processes at a time (``tests.support.side_by_side``);
+    each test then checks its point's workspace and restarts it. ``mid_upkeep``'s run is of its
+    own, in the same pool. On 2 cores this saves nothing measurable — each cold run is CPU to its
+    crash point (~35 s): 151 s one after another, 155 s so, one clean-clone run each — and takes
+    less where there are cores to spare. A run's failure is raised by its own test."""
+    scenarios: dict[str, Callable[[], Killed]] = {
+        point: partial(_crash, Workspace(tmp_path_factory.mktemp(point)), point)
+        for point in CRASHED
+    }
+    scenarios["mid_upkeep"] = partial(
+        _crash_mid_upkeep, Workspace(tmp_path_factory.mktemp("mid_upkeep"))
+    )
+    return side_by_side(scenarios, workers=3)
 
 
 @pytest.mark.parametrize("point", CRASHED)
 def test_killed_at_a_crash_point_then_restarted_applies_everything_once(
     spark: SparkSession,
-    crashed: dict[str, tuple[Workspace, subprocess.CompletedProcess[str]]],
+    crashed: dict[str, Killed | BaseException],
     point: str,
 ) -> None:
-    ws, run = crashed[point]
+    ws, run = taken(crashed, point)
     assert run.returncode == -9, run.stderr[-2000:]
     assert f"{CRASH_ENV}={point}: killing the driver" in run.stderr, run.stderr[-2000:]
     check_left_behind(point, ws)
@@ -243,9 +240,9 @@ def test_killed_at_a_crash_point_then_restarted_applies_everything_once(
 
 
 def test_killed_in_the_middle_of_upkeep_then_restarted_applies_everything_once(
-    spark: SparkSession, crashed: dict[str, tuple[Workspace, subprocess.CompletedProcess[str]]]
+    spark: SparkSession, crashed: dict[str, Killed | BaseException]
 ) -> None:
-    ws, run = crashed["mid_upkeep"]
+    ws, run = taken(crashed, "mid_upkeep")
     assert run.returncode == -9, run.stderr[-2000:]
     assert f"{CRASH_ENV}=mid_upkeep: killing the driver" in run.stderr, run.stderr[-2000:]
     # Batch 0 appended two small files to several tables (one per shuffle partition): its

@@ -32,7 +32,6 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -49,6 +48,7 @@ from tests.support import request
 from tests.support.cdc import cdc_env, kill_group, run_cdc, start_cdc, wait_until
 from tests.support.datasets import DOG_CAT_TABLES
 from tests.support.ports import HOST, free_port
+from tests.support.side_by_side import side_by_side, taken
 
 pytestmark = pytest.mark.s3
 
@@ -381,27 +381,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Frozen | Down | 
         **{case: partial(_run_frozen, tmp_path_factory.mktemp(case), case) for case in CASES},
         "stays_down": partial(_run_stays_down, tmp_path_factory.mktemp("stays_down")),
     }
-    with ThreadPoolExecutor(len(scenarios)) as pool:
-        futures = {name: pool.submit(run) for name, run in scenarios.items()}
-    found: dict[str, Frozen | Down | BaseException] = {}
-    for name, future in futures.items():
-        error = future.exception()
-        found[name] = error if error is not None else future.result()
-    return found
-
-
-def _taken(runs: dict[str, Frozen | Down | BaseException], name: str) -> Frozen | Down:
-    found = runs[name]
-    if isinstance(found, BaseException):
-        raise found
-    return found
+    return side_by_side(scenarios)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_store_frozen_under_a_batch_fails_the_batch_which_commits_once_when_it_is_back(
     runs: dict[str, Frozen | Down | BaseException], case: str
 ) -> None:
-    run = _taken(runs, case)
+    run = taken(runs, case)
     assert isinstance(run, Frozen)
     transactions, failed_read, expected = (
         CASES[case].transactions,
@@ -461,7 +448,7 @@ def test_a_store_that_stays_down_stops_the_job_with_storage_unavailable_and_lose
     """The S3 server frozen before the job starts and for all of its attempts: ``cdc run
     --once`` stops with STORAGE_UNAVAILABLE (exit 2, a line saying what to do), nothing
     REJECTED or recorded; thawed, the next ``cdc run --once`` replays the batch: COMMITTED once."""
-    run = _taken(runs, "stays_down")
+    run = taken(runs, "stays_down")
     assert isinstance(run, Down)
     down, up, warehouse = run.down, run.up, run.root / "warehouse"
     output = down.stdout + down.stderr
