@@ -16,7 +16,13 @@ from tests.support import Workspace
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """The shared session. A job created in it on a fresh warehouse copies its empty tables
+    from a template made once per set of definitions (tests/support/prepared.py: ~2.3 s less
+    for each such test); ``cdc`` processes create theirs as users' jobs do."""
+    from streaming.runtime import job
+    from tests.support.prepared import CachedPreparation
+
     session = build_session(
         SparkConfig(
             app_name="cdc-tests",
@@ -27,7 +33,10 @@ def spark() -> Iterator[SparkSession]:
             },
         )
     )
-    yield session
+    with pytest.MonkeyPatch.context() as patch:
+        root = tmp_path_factory.mktemp("prepared")
+        patch.setattr(job, "prepare_tables", CachedPreparation(job.prepare_tables, root))
+        yield session
     session.stop()
 
 
