@@ -57,7 +57,8 @@ class DeletedKeys:
             if size is None or size > self.max_bytes:
                 self.forget(path)
                 return None
-            entry = (version, _read(spark, path, version, watermark))
+            # An empty table (its checksum says 0 bytes, as most are) is held without a job.
+            entry = (version, _read(spark, path, version, watermark) if size else {})
             with self._lock:
                 self._tables[path] = entry
         held = entry[1]
