@@ -9,7 +9,8 @@ fresh local warehouse the template's files are then copied in (new files, so new
 times: Delta reads a commit's time from its file) and the real ``prepare_tables`` runs over them
 — it plans the evolution and finds every table there, so it creates none. A warehouse that holds
 anything already (an upgrade, a restart, a second job on the same folder), or one that is not a
-local path, gets the real ``prepare_tables`` alone.
+local path, gets the real ``prepare_tables`` alone; so does one the copy cannot be written to
+(a read-only or full store: the startup then fails as a user's would, naming Delta's error).
 
 Every table copied was made by the product's own code, and the copies differ from tables made in
 place only in their Delta table id (the template's, shared by the copies: nothing here reads it).
@@ -69,10 +70,17 @@ class CachedPreparation:
                 self.real(spark, datasets, made, **options)
                 (template / DONE).touch()
                 self.made += 1
-            shutil.copytree(
-                template / "warehouse", warehouse, dirs_exist_ok=True, copy_function=shutil.copyfile
-            )
-            self.copied += 1
+            try:
+                shutil.copytree(
+                    template / "warehouse",
+                    warehouse,
+                    dirs_exist_ok=True,
+                    copy_function=shutil.copyfile,
+                )
+            except OSError:  # a store a test made unwritable: met as a user's startup meets it
+                shutil.rmtree(warehouse, ignore_errors=True)
+            else:
+                self.copied += 1
         self.real(spark, datasets, layout, **options)
 
 
