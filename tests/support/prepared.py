@@ -41,14 +41,11 @@ DONE = ".prepared"
 
 
 class CachedPreparation:
-    """``prepare_tables`` with a template per set of definitions under ``root``; ``made``
-    counts the templates made, ``copied`` the warehouses filled from one."""
+    """``prepare_tables`` with a template per set of definitions under ``root``."""
 
     def __init__(self, real: Prepare, root: Path) -> None:
         self.real = real
         self.root = root
-        self.made = 0
-        self.copied = 0
         self._lock = threading.Lock()  # jobs created side by side (tests/support/side_by_side.py)
 
     def __call__(
@@ -69,7 +66,6 @@ class CachedPreparation:
                 made = Layout(str(template / "warehouse"), str(template / "checkpoints"))
                 self.real(spark, datasets, made, **options)
                 (template / DONE).touch()
-                self.made += 1
             try:
                 shutil.copytree(
                     template / "warehouse",
@@ -79,8 +75,6 @@ class CachedPreparation:
                 )
             except OSError:  # a store a test made unwritable: met as a user's startup meets it
                 shutil.rmtree(warehouse, ignore_errors=True)
-            else:
-                self.copied += 1
         self.real(spark, datasets, layout, **options)
 
 
