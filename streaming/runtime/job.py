@@ -61,7 +61,7 @@ from streaming.runtime.upkeep import Upkeep, retention_properties
 from streaming.storage import evolved
 from streaming.storage.commits import BatchCommit
 from streaming.storage.evolution import apply_changes, plan_evolution
-from streaming.storage.log import holds_no_rows, latest_version, table_state
+from streaming.storage.log import holds_no_rows, latest_version
 from streaming.storage.maintain import current_tables
 from streaming.storage.pending import applied_snapshots
 from streaming.storage.schemas import (
@@ -121,10 +121,11 @@ def prepare_tables(
     additive. ``deletion_vectors``: the current tables have them on (``tables.deletion_vectors``);
     ``properties``: on every table created (upkeep's retention).
 
-    The missing tables (those whose log Delta does not find) are created side by side
-    (``TABLE_CREATORS`` threads): a creation is a Delta commit of driver work (~0.2 s), and a
-    dataset of n schemas has 2 to 4 n tables; the columns added and properties recorded then
-    commit one by one (their commit metadata is the session's conf)."""
+    The missing tables are created side by side (``TABLE_CREATORS`` threads; an existing
+    system table is found from its log, ``tables.ensure_table``): a creation is a Delta commit
+    of driver work (~0.2 s), and a dataset of n schemas has 2 to 4 n tables; the columns added
+    and properties recorded then commit one by one (their commit metadata is the session's
+    conf)."""
     extra = dict(properties or {})
     plans = plan_evolution(
         spark, datasets, layout, deletion_vectors=deletion_vectors, properties=extra
@@ -133,9 +134,7 @@ def prepare_tables(
     system[layout.quarantine] = QUARANTINE_SCHEMA
     if feeds:
         system[layout.pending] = PENDING_SCHEMA
-    # An existing table is found from its log, no Spark job (``createIfNotExists`` costs as
-    # much on a table that exists as it does creating one).
-    tables = [(p, schema, extra) for p, schema in system.items() if table_state(spark, p) is None]
+    tables = [(path, schema, extra) for path, schema in system.items()]
     tables += [(t.path, t.schema, dict(t.properties)) for plan in plans for t in plan.create]
     Sessions(spark, TABLE_CREATORS).map(lambda session, t: ensure_table(session, *t), tables)
     add_missing_columns(spark, layout.ledger, LEDGER_SCHEMA)  # ledgers of older versions

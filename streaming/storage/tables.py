@@ -10,6 +10,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from streaming.platform import delta
 from streaming.platform import spark as platform_spark
 from streaming.platform.spark import is_in_split
 
@@ -19,7 +20,10 @@ __all__ = ["add_missing_columns", "ensure_table", "memory_bytes", "one_of", "rea
 def ensure_table(
     spark: SparkSession, path: str, schema: StructType, properties: dict[str, str] | None = None
 ) -> None:
-    """Create an empty Delta table at ``path`` unless one exists."""
+    """Create an empty Delta table at ``path`` unless one exists — found from its log, no Spark
+    job (``createIfNotExists`` costs as much on a table that exists as it does creating one)."""
+    if delta.table_state(spark, path) is not None:
+        return
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
     for key, value in (properties or {}).items():
         builder = builder.property(key, value)
