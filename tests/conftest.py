@@ -118,6 +118,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if not item.get_closest_marker("s3")]
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A run with tests that start ``cdc`` processes makes the JVM archive they map in the
+    background now, unless the checkout has it (tests/support/jvm_archive.py): ready by the
+    time most of them start."""
+    if session.config.option.collectonly:
+        return
+    if any(_uses_cdc_processes(item) for item in session.items):
+        from tests.support import jvm_archive
+
+        jvm_archive.start_making()
+
+
+def _uses_cdc_processes(item: pytest.Item) -> bool:
+    module = getattr(item, "module", None)
+    return (
+        any(
+            getattr(value, "__module__", None) == "tests.support.cdc"
+            for value in vars(module).values()
+        )
+        if module is not None
+        else False
+    )
+
+
 @pytest.fixture(autouse=True)
 def _no_cached_data_left(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test that ran a job in this process leaves nothing cached in the shared session: a

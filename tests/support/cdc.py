@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from tests.support import jvm_archive
+
 ROOT = Path(__file__).resolve().parents[2]
 CDC = [sys.executable, "-m", "streaming.cli.main"]
 TIMEOUT = 600.0
@@ -39,14 +41,22 @@ def cdc_env(
     short_lived: bool = True,
 ) -> dict[str, str]:
     """This process's environment, without the variables named in ``drop`` (or starting with a
-    name ending in ``_``), plus ``extra``, this checkout on PYTHONPATH and, for a
-    ``short_lived`` process, ``SHORT_LIVED_JVM`` (unless the environment sets its own)."""
+    name ending in ``_``), plus ``extra``, this checkout on PYTHONPATH and, unless the
+    environment sets its own SPARK_SUBMIT_OPTS: C1 only for a ``short_lived`` process
+    (``SHORT_LIVED_JVM``) and the classes of the checkout's JVM archive once it is made
+    (tests/support/jvm_archive.py; the first call starts making it)."""
 
     def dropped(key: str) -> bool:
         return any(key == d or (d.endswith("_") and key.startswith(d)) for d in drop)
 
     env = {k: v for k, v in os.environ.items() if not dropped(k)}
-    jvm = SHORT_LIVED_JVM if short_lived and "SPARK_SUBMIT_OPTS" not in env else {}
+    jvm = {}
+    if "SPARK_SUBMIT_OPTS" not in env:
+        archive = jvm_archive.cdc_archive()
+        jvm_archive.start_making(archive)
+        options = [C1_ONLY] if short_lived else []
+        options.append(jvm_archive.jvm_options(archive))
+        jvm = {"SPARK_SUBMIT_OPTS": " ".join(o for o in options if o)}
     return {**env, **jvm, **(extra or {}), "PYTHONPATH": str(ROOT)}
 
 

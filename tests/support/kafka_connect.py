@@ -44,6 +44,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tests.support import jvm_archive
 from tests.support.cdc import C1_ONLY
 from tests.support.mariadb import MariaDBServer
 from tests.support.ports import HOST, free_port, port_open
@@ -122,6 +123,10 @@ class DebeziumConnect:
         self.rest_port = rest_port or free_port()
         self._port_picked = rest_port is None
         self._process: subprocess.Popen[bytes] | None = None
+        self._archive = jvm_archive.archive_for("connect", self.jars_dir)
+        self._dumping: Path | None = None
+        """The file this worker's JVM dumps its classes to at exit, when it makes the archive
+        (tests/support/jvm_archive.py): the first worker stopped gracefully makes it."""
         self.startup_seconds: float | None = None
 
     # -- files and addresses -------------------------------------------------------------
@@ -209,16 +214,21 @@ class DebeziumConnect:
         """SIGTERM (the connector stops; Postgres: its slot is dropped), then SIGKILL after
         ``timeout``; does nothing when no worker runs."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        log.info("stopping Kafka Connect (pid %s)", process.pid)
-        process.send_signal(signal.SIGTERM)
         try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            log.warning("Kafka Connect did not stop within %ss: SIGKILL", timeout)
-            process.kill()
-            process.wait(10)
+            if process is None or process.poll() is not None:
+                return
+            log.info("stopping Kafka Connect (pid %s)", process.pid)
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("Kafka Connect did not stop within %ss: SIGKILL", timeout)
+                process.kill()
+                process.wait(10)
+        finally:
+            dumping, self._dumping = self._dumping, None
+            if dumping is not None:
+                jvm_archive.finish(self._archive, dumping, ok=process is not None)
 
     @property
     def pid(self) -> int | None:
@@ -295,12 +305,19 @@ class DebeziumConnect:
         (self.workdir / "log4j2.properties").write_text(LOG4J2.format(log=self.log_file))
 
     def _java_command(self) -> list[str]:
+        if self._dumping is None:
+            self._dumping = jvm_archive.claim(self._archive)
+        if self._dumping is not None:
+            archive = jvm_archive.dumping_options(self._dumping)
+        else:
+            archive = jvm_archive.jvm_options(self._archive)
         return [
             "java",
             "-Xms64m",
             "-Xmx512m",
             "-XX:+UseSerialGC",
             C1_ONLY,
+            *archive.split(),
             "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
