@@ -119,8 +119,10 @@ def start_making(archive: Path | None = None) -> bool:
     if partial is None:
         return False
     with archive.with_suffix(".log").open("wb") as out:
+        # niced: it runs beside the session's first tests, which wait on no archive
+        nice = ["nice", "-n", "10"] if shutil.which("nice") else []
         subprocess.Popen(
-            [sys.executable, "-m", "tests.support.jvm_archive", str(archive), str(partial)],
+            [*nice, sys.executable, "-m", "tests.support.jvm_archive", str(archive), str(partial)],
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             stdin=subprocess.DEVNULL,
