@@ -112,9 +112,12 @@ def _maps(archive: Path) -> bool:
 
 
 def start_making(archive: Path | None = None) -> bool:
-    """Start making the ``cdc`` archive in the background (``make``) unless it exists or is
-    being made. True if started."""
+    """Start making the ``cdc`` archive in the background (``make``) unless it exists, is
+    being made or failed to be made in this checkout (``<archive>.failed``: a demo that fails
+    would otherwise run again for every ``cdc`` process). True if started."""
     archive = archive or cdc_archive()
+    if archive.with_suffix(".failed").exists():  # once per checkout: not a demo per process
+        return False
     partial = claim(archive)
     if partial is None:
         return False
@@ -165,6 +168,8 @@ def make(archive: Path, partial: Path) -> int:
             code = code or 1
     finally:
         made = finish(archive, partial, code == 0)
+    if not made:
+        archive.with_suffix(".failed").write_text(f"the demo exited {code}\n")
     print(f"archive: {archive} ({archive.stat().st_size >> 20} MiB)" if made else "no archive")
     return code or (0 if made else 1)
 

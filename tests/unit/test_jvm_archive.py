@@ -52,3 +52,10 @@ def test_the_key_follows_the_jars(tmp_path: Path) -> None:
     (tmp_path / "b.jar").write_bytes(b"2")
     assert jvm_archive.archive_for("cdc", tmp_path) != before
     assert before.name.startswith("cdc-") and before.suffix == ".jsa"
+
+
+def test_a_failed_making_is_not_started_again(tmp_path: Path) -> None:
+    archive = tmp_path / "cdc-1.jsa"
+    archive.with_suffix(".failed").write_text("the demo exited 1\n")
+    assert jvm_archive.start_making(archive) is False
+    assert not archive.with_suffix(".lock").exists()
