@@ -124,22 +124,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     time most of them start."""
     if session.config.option.collectonly:
         return
-    if any(_uses_cdc_processes(item) for item in session.items):
+    modules = {getattr(item, "module", None) for item in session.items} - {None}
+    if any(_uses_cdc_processes(module) for module in modules):
         from tests.support import jvm_archive
 
         jvm_archive.start_making()
 
 
-def _uses_cdc_processes(item: pytest.Item) -> bool:
-    module = getattr(item, "module", None)
-    return (
-        any(
-            getattr(value, "__module__", None) == "tests.support.cdc"
-            for value in vars(module).values()
-        )
-        if module is not None
-        else False
-    )
+def _uses_cdc_processes(module: object) -> bool:
+    """The module imported something from tests/support/cdc.py (``run_cdc``, ``cdc_env``...)."""
+    return any(getattr(v, "__module__", None) == "tests.support.cdc" for v in vars(module).values())
 
 
 @pytest.fixture(autouse=True)

@@ -20,6 +20,7 @@ makes a start cheaper.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import shutil
@@ -54,8 +55,10 @@ def archive_for(name: str, *jar_folders: Path) -> Path:
     return ARCHIVES / f"{name}-{key}.jsa"
 
 
+@functools.cache
 def cdc_archive() -> Path:
-    """The archive of ``cdc`` processes' JVMs: pyspark's jars and this checkout's ``jars/spark``."""
+    """The archive of ``cdc`` processes' JVMs: pyspark's jars and this checkout's ``jars/spark``
+    (listed once per process: every ``cdc_env`` asks)."""
     import pyspark
 
     return archive_for("cdc", Path(pyspark.__file__).parent / "jars", ROOT / "jars" / "spark")

@@ -32,7 +32,6 @@ import contextlib
 import json
 import logging
 import shutil
-import signal
 import subprocess
 import time
 import urllib.error
@@ -46,6 +45,7 @@ from typing import Any
 
 from tests.support import jvm_archive
 from tests.support.cdc import C1_ONLY
+from tests.support.localserver import terminate
 from tests.support.mariadb import MariaDBServer
 from tests.support.ports import HOST, free_port, port_open
 from tests.support.postgres import PostgresCluster
@@ -196,6 +196,8 @@ class DebeziumConnect:
             raise ConnectError(f"{self.host}:{self.rest_port}: {ADDRESS_IN_USE}")
         self._prepare(uuid.uuid4().hex[:12])
         self._write_config()
+        if self._dumping is None:  # the first worker to claim the archive dumps it at exit
+            self._dumping = jvm_archive.claim(self._archive)
         mark = self._log_sizes()
         with open(self.out_file, "ab") as out:
             self._process = subprocess.Popen(
@@ -215,16 +217,7 @@ class DebeziumConnect:
         ``timeout``; does nothing when no worker runs."""
         process, self._process = self._process, None
         try:
-            if process is None or process.poll() is not None:
-                return
-            log.info("stopping Kafka Connect (pid %s)", process.pid)
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("Kafka Connect did not stop within %ss: SIGKILL", timeout)
-                process.kill()
-                process.wait(10)
+            terminate(process, "Kafka Connect", timeout)
         finally:
             dumping, self._dumping = self._dumping, None
             if dumping is not None:
@@ -305,8 +298,6 @@ class DebeziumConnect:
         (self.workdir / "log4j2.properties").write_text(LOG4J2.format(log=self.log_file))
 
     def _java_command(self) -> list[str]:
-        if self._dumping is None:
-            self._dumping = jvm_archive.claim(self._archive)
         if self._dumping is not None:
             archive = jvm_archive.dumping_options(self._dumping)
         else:

@@ -14,6 +14,8 @@ import logging
 import os
 import pwd
 import shutil
+import signal
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -22,11 +24,26 @@ from typing import ClassVar, Self
 
 from tests.support.ports import HOST, free_port
 
-__all__ = ["PORT_ATTEMPTS", "LocalServer"]
+__all__ = ["PORT_ATTEMPTS", "LocalServer", "terminate"]
 
 log = logging.getLogger(__name__)
 
 PORT_ATTEMPTS = 3
+
+
+def terminate(process: subprocess.Popen[bytes] | None, name: str, timeout: float) -> None:
+    """SIGTERM to a server's process (a clean shutdown), SIGKILL after ``timeout`` seconds;
+    nothing when it is not running."""
+    if process is None or process.poll() is not None:
+        return
+    log.info("stopping %s (pid %s)", name, process.pid)
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        log.warning("%s did not stop within %ss: SIGKILL", name, timeout)
+        process.kill()
+        process.wait(10)
 
 
 class LocalServer:

@@ -30,7 +30,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -38,7 +37,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from tests.support.localserver import LocalServer
+from tests.support.localserver import LocalServer, terminate
 from tests.support.ports import port_open
 
 log = logging.getLogger(__name__)
@@ -116,14 +115,7 @@ class MariaDBServer(LocalServer):
         """SIGTERM (a clean shutdown), SIGKILL after ``timeout``; then the folder is removed,
         its error log copied into ``workdir`` first."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("MariaDB did not stop within %ss: SIGKILL", timeout)
-                process.kill()
-                process.wait(10)
+        terminate(process, "MariaDB", timeout)
         self._remove_root()
 
     def is_running(self) -> bool:
